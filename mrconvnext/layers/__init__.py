@@ -1,0 +1,17 @@
+"""Modules that own parameters."""
+
+from .kernel_params import DenseKernel, DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
+from .mrconv import COMBINE_MODES, KERNEL_TYPES, MRConv1d, MRConv2d, num_branches
+
+__all__ = [
+    'MRConv1d',
+    'MRConv2d',
+    'KERNEL_TYPES',
+    'COMBINE_MODES',
+    'num_branches',
+    'DenseKernel',
+    'DilatedKernel',
+    'FourierKernel',
+    'SparseKernel',
+    'FourierSparseKernel',
+]

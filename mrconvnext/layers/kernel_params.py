@@ -1,0 +1,171 @@
+"""Kernel parameterizations of one MRConv branch (paper Eq. 14-16).
+
+Every parameterization is a module whose ``forward()`` returns the branch kernel ``(C, P)`` in
+the lag convention of :mod:`mrconvnext.ops.long_conv`: a branch of *reach* ``l`` covers lags
+``0 .. l-1`` (causal, ``P = l``, ``zero_lag = 0``) or ``-(l-1) .. l-1`` (bidirectional,
+``P = 2l - 1``, ``zero_lag = l - 1``, centre tap counted once).
+
+The trainable tensors are named ``weight`` (time-domain taps) and ``modes`` (Fourier
+coefficients); :data:`KERNEL_PARAM_NAMES` lists them so training can give them their own learning
+rate and no weight decay (paper App. D.1.1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    'BranchKernel',
+    'DenseKernel',
+    'DilatedKernel',
+    'FourierKernel',
+    'SparseKernel',
+    'FourierSparseKernel',
+    'KERNEL_PARAM_NAMES',
+]
+
+KERNEL_PARAM_NAMES = ('weight', 'modes')
+
+
+class BranchKernel(nn.Module):
+    """Base class: a ``(C, P)`` kernel of a given reach, causal or bidirectional."""
+
+    def __init__(self, dim: int, reach: int, causal: bool) -> None:
+        super().__init__()
+        if reach < 1:
+            raise ValueError(f'kernel reach must be >= 1, got {reach}')
+        self.dim = dim
+        self.reach = reach
+        self.causal = causal
+
+    @property
+    def size(self) -> int:
+        """Number of lags ``P`` covered by the kernel."""
+        return self.reach if self.causal else 2 * self.reach - 1
+
+    @property
+    def zero_lag(self) -> int:
+        return 0 if self.causal else self.reach - 1
+
+    def extra_repr(self) -> str:
+        return f'dim={self.dim}, reach={self.reach}, causal={self.causal}'
+
+
+def _place(weight: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """Scatter taps ``weight (C, T)`` to the (unique per row) positions ``index`` of a ``(C, size)`` kernel."""
+    out = weight.new_zeros(weight.shape[0], size)
+    return out.scatter(1, index.expand_as(weight), weight)
+
+
+class DenseKernel(BranchKernel):
+    """An explicit tap at every lag (ablation baseline; its parameter count grows with the reach)."""
+
+    def __init__(self, dim: int, reach: int, causal: bool = False) -> None:
+        super().__init__(dim, reach, causal)
+        self.weight = nn.Parameter(torch.randn(dim, self.size) / math.sqrt(self.size))
+
+    def forward(self) -> torch.Tensor:
+        return self.weight
+
+
+class DilatedKernel(BranchKernel):
+    """``num_taps`` taps spaced by ``dilation`` (Eq. 14).
+
+    Causal: lags ``dilation * j`` for ``j = 0 .. num_taps-1``. Bidirectional: ``num_taps`` taps on
+    each side sharing the centre, lags ``dilation * j`` for ``|j| < num_taps`` (``2 num_taps - 1``
+    weights). The reach is ``(num_taps - 1) * dilation + 1``.
+    """
+
+    def __init__(self, dim: int, num_taps: int, dilation: int, causal: bool = False) -> None:
+        if num_taps < 1 or dilation < 1:
+            raise ValueError(f'dilated kernels need num_taps >= 1 and dilation >= 1, got {num_taps}, {dilation}')
+        super().__init__(dim, (num_taps - 1) * dilation + 1, causal)
+        self.dilation = dilation
+        j = torch.arange(0 if causal else -(num_taps - 1), num_taps)
+        self.register_buffer('index', (j * dilation + self.zero_lag).unsqueeze(0), persistent=False)
+        self.weight = nn.Parameter(torch.randn(dim, j.numel()) / math.sqrt(j.numel()))
+
+    def forward(self) -> torch.Tensor:
+        return _place(self.weight, self.index, self.size)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', taps={self.weight.shape[1]}, dilation={self.dilation}'
+
+
+class FourierKernel(BranchKernel):
+    """``num_modes`` complex low-frequency modes, zero-padded and inverse-FFT'd to ``P`` lags (Eq. 15).
+
+    ``modes`` is stored as real ``(C, m, 2)`` (real, imaginary) so every optimizer and checkpoint
+    format handles it. The inverse transform uses ``norm='ortho'`` so the kernel's energy does not
+    depend on its length; the imaginary part of the DC mode (and of the Nyquist mode for even
+    ``P``) does not affect the real kernel. The periodic kernel is read circularly, so lag 0 is
+    index 0 of the inverse FFT and negative lags wrap to its end: a smooth kernel peaked at lag 0
+    is within reach of the low modes for both causal and bidirectional branches. A short branch
+    has only ``P // 2 + 1`` distinct modes; ``num_modes`` is capped there.
+    """
+
+    def __init__(self, dim: int, reach: int, num_modes: int, causal: bool = False) -> None:
+        super().__init__(dim, reach, causal)
+        if num_modes < 1:
+            raise ValueError(f'num_modes must be >= 1, got {num_modes}')
+        self.num_modes = min(num_modes, self.size // 2 + 1)
+        self.modes = nn.Parameter(torch.randn(dim, self.num_modes, 2) / math.sqrt(2 * self.num_modes))
+
+    def forward(self) -> torch.Tensor:
+        modes = self.modes if self.modes.dtype == torch.float64 else self.modes.float()  # no half-precision FFTs
+        k = torch.fft.irfft(torch.view_as_complex(modes), n=self.size, norm='ortho')
+        # circular layout (lag 0 at index 0) -> centred layout (lag 0 at zero_lag)
+        return k if self.causal else torch.roll(k, self.zero_lag, dims=-1)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', modes={self.num_modes}'
+
+
+class SparseKernel(BranchKernel):
+    """``num_taps`` taps at lags sampled once, per channel, without replacement (Eq. 16).
+
+    Positions are drawn from ``generator`` at construction, uniformly over the branch's lags, and
+    kept in the persistent buffer ``positions`` (``(C, T)`` int64 indices into the ``P`` lags), so a
+    model loaded from a checkpoint uses the saved positions whatever the RNG state was when it was
+    built. ``num_taps`` is capped at ``P``.
+    """
+
+    def __init__(
+        self, dim: int, reach: int, num_taps: int, causal: bool = False, generator: torch.Generator | None = None
+    ) -> None:
+        super().__init__(dim, reach, causal)
+        if num_taps < 1:
+            raise ValueError(f'num_taps must be >= 1, got {num_taps}')
+        taps = min(num_taps, self.size)
+        positions = torch.rand(dim, self.size, generator=generator).argsort(dim=1)[:, :taps]
+        self.register_buffer('positions', positions.sort(dim=1).values)
+        self.weight = nn.Parameter(torch.randn(dim, taps) / math.sqrt(taps))
+
+    def forward(self) -> torch.Tensor:
+        return _place(self.weight, self.positions, self.size)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f', taps={self.weight.shape[1]}'
+
+
+class FourierSparseKernel(BranchKernel):
+    """Sum of a :class:`FourierKernel` and a :class:`SparseKernel` of the same reach."""
+
+    def __init__(
+        self,
+        dim: int,
+        reach: int,
+        num_modes: int,
+        num_taps: int,
+        causal: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(dim, reach, causal)
+        self.fourier = FourierKernel(dim, reach, num_modes, causal)
+        self.sparse = SparseKernel(dim, reach, num_taps, causal, generator)
+
+    def forward(self) -> torch.Tensor:
+        return self.fourier() + self.sparse()

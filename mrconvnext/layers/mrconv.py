@@ -1,0 +1,284 @@
+"""MRConv: reparameterizable multi-resolution long convolution (Cunningham et al., NeurIPS 2024).
+
+Shapes: :class:`MRConv1d` maps ``(B, C, L) -> (B, C, L)``; :class:`MRConv2d` maps
+``(B, C, H, W) -> (B, C, H, W)`` by flattening row-major to ``L = H * W`` and back.
+
+Resolutions
+    Branch ``i`` has reach ``l_i = min(l0 * 2**i, seq_len)`` (see :mod:`.kernel_params` for what a
+    reach covers). Branches are added until one reaches the whole nominal sequence or
+    ``max_branches`` is hit, i.e. ``N = min(max_branches, ceil(log2(seq_len / l0)) + 1)``, so the
+    last branch is global whenever the budget allows (the paper's ``N = log2(L / l0) + 1`` with the
+    ceiling taken for lengths that are not ``l0`` times a power of two). Dilated branches use
+    ``l0`` taps per side spaced by ``2**i``.
+
+Branch combination
+    ``'bn'``: one BatchNorm per branch (stored as a single ``BatchNorm1d(N * C)`` whose channel
+    ``i * C + c`` is branch ``i``'s channel ``c``; per-channel statistics make this identical to
+    ``N`` separate BatchNorms), then the learned ``alpha (N, C)`` weighted sum (Eq. 10-12); alpha
+    starts at ``1 / N``. ``'scale'``: ``beta (N, C)`` linear rescaling (Eq. 9) plus a per-channel
+    bias, merged into one kernel at every forward, so training costs one convolution.
+
+Sequences of other lengths than ``seq_len``
+    Kernels are built for the nominal ``seq_len``. A shorter input simply ignores the lags it
+    cannot reach; a longer input is convolved with the same kernels, which are then no longer
+    global. Nothing is resampled.
+
+Inference
+    :meth:`MRConv1d.reparameterize` folds the BatchNorms (running statistics) and alpha (or beta)
+    into one ``kernel (C, P)`` and ``bias (C,)`` and deletes the branches; it is idempotent.
+    ``deploy=True`` builds that form directly, and a branched layer that receives a deployed
+    state dict converts itself before loading.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.long_conv import long_conv1d
+from .kernel_params import (
+    KERNEL_PARAM_NAMES,
+    BranchKernel,
+    DenseKernel,
+    DilatedKernel,
+    FourierKernel,
+    FourierSparseKernel,
+    SparseKernel,
+)
+
+__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'num_branches']
+
+KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
+COMBINE_MODES = ('bn', 'scale')
+
+
+def num_branches(seq_len: int, l0: int, max_branches: int) -> int:
+    """Resolutions needed for ``l0 * 2**(N-1) >= seq_len``, capped at ``max_branches``."""
+    n = 1
+    while n < max_branches and l0 * 2 ** (n - 1) < seq_len:
+        n += 1
+    return n
+
+
+def _align(kernel: torch.Tensor, zero_lag: int, reach: int, causal: bool) -> torch.Tensor:
+    """Zero-pad (or crop) a branch kernel to the common layout of the given reach (Eq. 7)."""
+    left = 0 if causal else (reach - 1) - zero_lag
+    right = (reach - 1) - (kernel.shape[-1] - 1 - zero_lag)
+    return F.pad(kernel, (left, right))
+
+
+class MRConv1d(nn.Module):
+    """Multi-resolution depthwise long convolution over ``(B, C, L)``.
+
+    Args:
+        dim: channels ``C``.
+        seq_len: nominal sequence length ``L`` (sets the number of branches and the longest reach).
+        kernel_size: reach ``l0`` of the first branch; default ``ceil(seq_len / 2**(max_branches-1))``.
+        max_branches: at most this many resolutions (the paper uses <= 5).
+        kernel_type: one of :data:`KERNEL_TYPES`.
+        combine: ``'bn'`` or ``'scale'``.
+        causal: causal instead of bidirectional (the default for images).
+        num_modes: Fourier modes per branch (``fourier`` / ``fourier_sparse``).
+        num_taps: taps per branch for ``sparse`` / ``fourier_sparse``; for ``dilated`` the taps per
+            side (default ``kernel_size``).
+        seed: seed of the sparse tap positions; ``None`` draws one from torch's global RNG.
+        deploy: build the reparameterized single-kernel form.
+        backend: convolution backend passed to :func:`~mrconvnext.ops.long_conv1d`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        seq_len: int,
+        kernel_size: int | None = None,
+        max_branches: int = 5,
+        kernel_type: str = 'fourier_sparse',
+        combine: str = 'bn',
+        causal: bool = False,
+        num_modes: int = 32,
+        num_taps: int | None = None,
+        seed: int | None = None,
+        deploy: bool = False,
+        backend: str = 'auto',
+        bn_momentum: float = 0.1,
+        bn_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        if kernel_type not in KERNEL_TYPES:
+            raise ValueError(f'kernel_type must be one of {KERNEL_TYPES}, got {kernel_type!r}')
+        if combine not in COMBINE_MODES:
+            raise ValueError(f'combine must be one of {COMBINE_MODES}, got {combine!r}')
+        if dim < 1 or seq_len < 1 or max_branches < 1:
+            raise ValueError(f'dim, seq_len and max_branches must be >= 1, got {dim}, {seq_len}, {max_branches}')
+        if kernel_size is None:
+            kernel_size = math.ceil(seq_len / 2 ** (max_branches - 1))
+        if kernel_size < 1:
+            raise ValueError(f'kernel_size must be >= 1, got {kernel_size}')
+        self.dim = dim
+        self.seq_len = seq_len
+        self.kernel_size = kernel_size
+        self.kernel_type = kernel_type
+        self.combine = combine
+        self.causal = causal
+        self.backend = backend
+        self.num_branches = num_branches(seq_len, kernel_size, max_branches)
+        # common layout of all branches: reach capped at the nominal length
+        self.reach = min(kernel_size * 2 ** (self.num_branches - 1), seq_len)
+        self.zero_lag = 0 if causal else self.reach - 1
+        self.deployed = False
+
+        if deploy:
+            self._make_deployed()
+            return
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        generator = torch.Generator().manual_seed(seed)
+        taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
+        self.branches = nn.ModuleList(
+            [self._make_branch(i, taps, num_modes, generator) for i in range(self.num_branches)]
+        )
+        N = self.num_branches
+        if combine == 'bn':
+            self.bn = nn.BatchNorm1d(N * dim, eps=bn_eps, momentum=bn_momentum)
+            self.alpha = nn.Parameter(torch.full((N, dim), 1.0 / N))
+        else:
+            self.beta = nn.Parameter(torch.full((N, dim), 1.0 / N))
+            self.bias = nn.Parameter(torch.zeros(dim))
+
+    def _make_branch(self, i: int, taps: int, modes: int, generator: torch.Generator) -> BranchKernel:
+        reach = min(self.kernel_size * 2**i, self.seq_len)
+        kt, dim, causal = self.kernel_type, self.dim, self.causal
+        if kt == 'dilated':
+            return DilatedKernel(dim, taps, 2**i, causal)
+        if kt == 'fourier':
+            return FourierKernel(dim, reach, modes, causal)
+        if kt == 'sparse':
+            return SparseKernel(dim, reach, taps, causal, generator)
+        if kt == 'fourier_sparse':
+            return FourierSparseKernel(dim, reach, modes, taps, causal, generator)
+        return DenseKernel(dim, reach, causal)
+
+    def _make_deployed(self) -> None:
+        size = self.reach if self.causal else 2 * self.reach - 1
+        self.kernel = nn.Parameter(torch.zeros(self.dim, size))
+        self.bias = nn.Parameter(torch.zeros(self.dim))
+        self.deployed = True
+
+    # --- kernels -------------------------------------------------------------------------------
+
+    def branch_kernels(self) -> torch.Tensor:
+        """The branch kernels in the common layout, ``(N, C, P)`` with lag 0 at ``self.zero_lag``."""
+        return torch.stack([_align(b(), b.zero_lag, self.reach, self.causal) for b in self.branches])
+
+    def merged_kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The single ``(C, P)`` kernel and ``(C,)`` bias equal to the layer in eval mode."""
+        if self.deployed:
+            return self.kernel, self.bias
+        k = self.branch_kernels()
+        if self.combine == 'scale':
+            return (self.beta.unsqueeze(-1) * k).sum(0), self.bias
+        # Eq. 13 with the BatchNorms folded (paper Eq. 18), in float64 so the fold adds no error.
+        N, C = self.num_branches, self.dim
+        bn = self.bn
+        inv_std = (bn.running_var.double() + bn.eps).rsqrt().view(N, C)
+        gamma = bn.weight.double().view(N, C) if bn.affine else torch.ones_like(inv_std)
+        shift = bn.bias.double().view(N, C) if bn.affine else torch.zeros_like(inv_std)
+        scale = self.alpha.double() * gamma * inv_std
+        kernel = (scale.unsqueeze(-1) * k.double()).sum(0)
+        bias = (self.alpha.double() * (shift - gamma * inv_std * bn.running_mean.double().view(N, C))).sum(0)
+        return kernel.to(k.dtype), bias.to(k.dtype)
+
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Fold all branches into one kernel and bias (idempotent); the layer then runs one convolution."""
+        if self.deployed:
+            return
+        kernel, bias = self.merged_kernel()
+        for name in ('branches', 'bn', 'alpha', 'beta', 'bias'):
+            if hasattr(self, name):
+                delattr(self, name)
+        self._make_deployed()
+        self.kernel.data = kernel.detach().clone()
+        self.bias.data = bias.detach().clone()
+
+    def kernel_parameter_names(self) -> list[str]:
+        """Names (relative to this module) of the long-kernel parameters (own lr, no weight decay)."""
+        return [
+            n
+            for n, _ in self.named_parameters()
+            if n == 'kernel' or (n.startswith('branches.') and n.rsplit('.', 1)[-1] in KERNEL_PARAM_NAMES)
+        ]
+
+    def no_weight_decay_names(self) -> list[str]:
+        """Kernel parameters plus the branch weights alpha / beta."""
+        return self.kernel_parameter_names() + [n for n in ('alpha', 'beta') if hasattr(self, n)]
+
+    # --- forward -------------------------------------------------------------------------------
+
+    def _check_input(self, x: torch.Tensor, rank: int, layout: str) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
+        if x.dim() != rank:
+            raise ValueError(f'{type(self).__name__} expects input of shape {layout}, got shape {tuple(x.shape)}')
+        if x.shape[1] != self.dim:
+            raise ValueError(f'{type(self).__name__} expects {self.dim} channels, got {x.shape[1]}')
+        if not x.is_floating_point():
+            raise TypeError(f'{type(self).__name__} expects a floating-point input, got dtype {x.dtype}')
+        if x.numel() == 0:
+            raise ValueError(f'{type(self).__name__} got an empty input of shape {tuple(x.shape)}')
+
+    def _forward_1d(self, x: torch.Tensor) -> torch.Tensor:
+        if self.deployed or self.combine == 'scale':
+            kernel, bias = self.merged_kernel()
+            return long_conv1d(x, kernel, bias, zero_lag=self.zero_lag, backend=self.backend)
+        B, _, L = x.shape
+        N, C = self.num_branches, self.dim
+        y = long_conv1d(x, self.branch_kernels(), zero_lag=self.zero_lag, backend=self.backend)  # (B, N, C, L)
+        y = self.bn(y.reshape(B, N * C, L)).view(B, N, C, L)
+        return torch.einsum('bncl,nc->bcl', y, self.alpha.to(y.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, L) -> (B, C, L)``."""
+        self._check_input(x, 3, '(B, C, L)')
+        return self._forward_1d(x)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first.
+        if not self.deployed and prefix + 'kernel' in state_dict:
+            for name in ('branches', 'bn', 'alpha', 'beta', 'bias'):
+                if hasattr(self, name):
+                    delattr(self, name)
+            self._make_deployed()
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        s = f'dim={self.dim}, seq_len={self.seq_len}, kernel_size={self.kernel_size}, branches={self.num_branches}'
+        s += f', reach={self.reach}, causal={self.causal}'
+        if self.deployed:
+            return s + ', deployed=True'
+        return s + f', kernel_type={self.kernel_type!r}, combine={self.combine!r}'
+
+
+class MRConv2d(MRConv1d):
+    """MRConv over a ``(B, C, H, W)`` feature map flattened row-major to ``L = H * W``.
+
+    ``input_size`` is the nominal ``(H, W)``; any other size works (see the module docstring).
+    """
+
+    def __init__(self, dim: int, input_size: tuple[int, int], **kwargs) -> None:
+        H, W = input_size
+        super().__init__(dim, H * W, **kwargs)
+        self.input_size = (H, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W) -> (B, C, H, W)``."""
+        self._check_input(x, 4, '(B, C, H, W)')
+        B, C, H, W = x.shape
+        return self._forward_1d(x.reshape(B, C, H * W)).view(B, C, H, W)

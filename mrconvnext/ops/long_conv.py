@@ -1,0 +1,197 @@
+"""Depthwise linear long convolution of ``(B, C, L)`` sequences with per-channel kernels.
+
+Convention (used by every layer of the package)
+------------------------------------------------
+A kernel ``k`` of shape ``(C, K)`` (or ``(N, C, K)`` for ``N`` kernels applied to the same
+input) together with an integer ``zero_lag`` describes the lags ``tau = j - zero_lag`` for
+``j = 0 .. K-1``; the output is the *linear* (zero-padded, never circular) convolution::
+
+    y[b, c, t] = sum_j k[c, j] * x[b, c, t - (j - zero_lag)],   0 <= t < L
+
+so positive lags look into the past, negative lags into the future. ``zero_lag = 0`` is a
+causal kernel; a bidirectional kernel of reach ``R`` has ``K = 2R - 1`` and ``zero_lag = R - 1``
+(the centre tap is counted once). Lags with ``|tau| >= L`` cannot reach any output and are
+cropped before any work is done.
+
+Backends
+--------
+- ``'fft'``: real FFTs of a size that guarantees no wrap-around (see :func:`fft_size`); the
+  input spectrum is computed once and shared by all ``N`` kernels, and all ``N`` outputs come
+  from one batched inverse transform laid out as ``(B, N, C, L)``.
+- ``'direct'``: grouped ``F.conv1d``; faster for short kernels (see :func:`choose_backend`).
+- ``'flashfft'``: the optional CUDA package ``flashfftconv`` (see :mod:`.flashfft`).
+- ``'auto'``: pick among the above.
+
+Under autocast and for fp16 / bf16 inputs the FFT and direct paths compute in float32 and the
+result is returned in the input dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from . import flashfft
+
+__all__ = ['long_conv1d', 'fft_size', 'choose_backend', 'crop_kernel', 'circular_kernel']
+
+_BACKENDS = ('auto', 'fft', 'direct', 'flashfft')
+# Direct convolution wins on the CPU while K is at most about this many taps; measured with
+# ``scripts/bench_mrconv.py --crossover`` (the FFT pays for its transforms at any K).
+_DIRECT_MAX_TAPS = 64
+
+
+@functools.cache
+def fft_size(n: int) -> int:
+    """Smallest 7-smooth integer (2^a 3^b 5^c 7^d) that is ``>= n``.
+
+    pocketfft (CPU) and cuFFT both have native radix-2/3/5/7 codelets. On this project's CPU
+    benchmark (``scripts/bench_mrconv.py --fft-sizes``) the next 7-smooth size beat the next
+    power of two by 20-35% at the ConvNeXt stage lengths, and sizes with a larger prime factor
+    were up to 5x slower.
+    """
+    if n < 1:
+        raise ValueError(f'fft_size expects a positive length, got {n}')
+    m = n
+    while True:
+        r = m
+        for p in (2, 3, 5, 7):
+            while r % p == 0:
+                r //= p
+        if r == 1:
+            return m
+        m += 1
+
+
+def crop_kernel(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, int]:
+    """Drop the lags that cannot reach any of ``length`` outputs (``|tau| >= length``).
+
+    Returns the cropped kernel and its new ``zero_lag``.
+    """
+    K = kernel.shape[-1]
+    lo = max(0, zero_lag - (length - 1))
+    hi = min(K, zero_lag + length)
+    if lo == 0 and hi == K:
+        return kernel, zero_lag
+    return kernel[..., lo:hi], zero_lag - lo
+
+
+def circular_kernel(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
+    """Lay a kernel out on a circle of size ``n``: lag ``tau`` goes to index ``tau mod n``.
+
+    ``kernel`` is ``(..., K)`` with ``K <= n``; returns ``(..., n)``.
+    """
+    K = kernel.shape[-1]
+    if K > n:
+        raise ValueError(f'kernel of {K} taps does not fit a circle of size {n}')
+    pad = kernel.new_zeros(*kernel.shape[:-1], n - K)
+    return torch.cat([kernel[..., zero_lag:], pad, kernel[..., :zero_lag]], dim=-1)
+
+
+def choose_backend(x: torch.Tensor, kernel_taps: int, zero_lag: int) -> str:
+    """Backend used by ``backend='auto'`` for an input ``x`` and a (cropped) kernel."""
+    if flashfft.supports(x, kernel_taps, zero_lag):
+        return 'flashfft'
+    return 'direct' if kernel_taps <= _DIRECT_MAX_TAPS else 'fft'
+
+
+def _check(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None) -> None:
+    if not isinstance(x, torch.Tensor) or not isinstance(kernel, torch.Tensor):
+        raise TypeError('long_conv1d expects tensors for x and kernel')
+    if not x.is_floating_point():
+        raise TypeError(f'long_conv1d expects a floating-point input, got dtype {x.dtype}')
+    if not kernel.is_floating_point():
+        raise TypeError(f'long_conv1d expects a floating-point kernel, got dtype {kernel.dtype}')
+    if x.dim() != 3:
+        raise ValueError(f'long_conv1d expects x of shape (B, C, L), got shape {tuple(x.shape)}')
+    B, C, L = x.shape
+    if L == 0:
+        raise ValueError('long_conv1d got an empty sequence (L = 0)')
+    if kernel.dim() not in (2, 3) or kernel.shape[-2] != C or kernel.shape[-1] == 0:
+        raise ValueError(
+            f'long_conv1d expects a kernel of shape ({C}, K) or (N, {C}, K) with K >= 1 for an input '
+            f'with {C} channels, got shape {tuple(kernel.shape)}'
+        )
+    if not 0 <= zero_lag < kernel.shape[-1]:
+        raise ValueError(
+            f'zero_lag must index a tap of the kernel (0 <= zero_lag < {kernel.shape[-1]}), got {zero_lag}'
+        )
+    if bias is not None and bias.shape != (C,):
+        raise ValueError(f'long_conv1d expects a bias of shape ({C},), got {tuple(bias.shape)}')
+
+
+def _fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    L = x.shape[-1]
+    K = kernel.shape[-1]
+    # No wrap-around onto the L kept outputs: past lags need n >= L + (K-1-zero_lag),
+    # future lags need n >= L + zero_lag.
+    n = fft_size(L + max(K - 1 - zero_lag, zero_lag))
+    x_f = torch.fft.rfft(x, n=n)
+    k_f = torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n)
+    if kernel.dim() == 3:
+        y_f = x_f.unsqueeze(1) * k_f  # (B, N, C, F)
+    else:
+        y_f = x_f * k_f
+    return torch.fft.irfft(y_f, n=n)[..., :L]
+
+
+def _direct_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    B, C, L = x.shape
+    K = kernel.shape[-1]
+    multi = kernel.dim() == 3
+    N = kernel.shape[0] if multi else 1
+    # conv1d is a cross-correlation: flip the taps; output channel c*N + i is kernel i of channel c.
+    w = kernel.flip(-1)
+    w = w.transpose(0, 1).reshape(C * N, 1, K) if multi else w.reshape(C, 1, K)
+    x_pad = F.pad(x, (K - 1 - zero_lag, zero_lag))
+    y = F.conv1d(x_pad, w, groups=C)
+    if multi:
+        y = y.view(B, C, N, L).transpose(1, 2)
+    return y
+
+
+def long_conv1d(
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    zero_lag: int = 0,
+    backend: str = 'auto',
+) -> torch.Tensor:
+    """Depthwise linear convolution (see the module docstring for the lag convention).
+
+    Args:
+        x: ``(B, C, L)`` floating-point input.
+        kernel: ``(C, K)`` or ``(N, C, K)`` kernels; ``N`` kernels share one input transform.
+        bias: optional ``(C,)`` added to every output.
+        zero_lag: index of lag 0 in the kernel.
+        backend: ``'auto'``, ``'fft'``, ``'direct'`` or ``'flashfft'``.
+
+    Returns:
+        ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f'backend must be one of {_BACKENDS}, got {backend!r}')
+    _check(x, kernel, zero_lag, bias)
+    kernel, zero_lag = crop_kernel(kernel, zero_lag, x.shape[-1])
+    if backend == 'auto':
+        backend = choose_backend(x, kernel.shape[-1], zero_lag)
+    elif backend == 'flashfft' and not flashfft.supports(x, kernel.shape[-1], zero_lag):
+        flashfft.warn_once(
+            'flashfftconv cannot run this convolution (package missing, not a fp16/bf16 CUDA input, '
+            'or an unsupported size); falling back to the torch.fft backend'
+        )
+        backend = 'fft'
+    out_dtype = x.dtype
+    if backend == 'flashfft':
+        y = flashfft.conv1d(x, kernel, zero_lag)
+    else:
+        compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+        with torch.autocast(x.device.type, enabled=False):
+            xc, kc = x.to(compute), kernel.to(compute)
+            y = _fft_conv(xc, kc, zero_lag) if backend == 'fft' else _direct_conv(xc, kc, zero_lag)
+    if bias is not None:
+        y = y + bias.to(y.dtype).unsqueeze(-1)
+    return y.to(out_dtype)

@@ -1,0 +1,152 @@
+"""CPU benchmark of the MRConv layer and its FFT engine (not a test: run it, read the table).
+
+    python scripts/bench_mrconv.py                    # layer: train / branched eval / reparameterized eval
+    python scripts/bench_mrconv.py --fft-sizes        # FFT-size policy: exact vs power of two vs 7-smooth
+    python scripts/bench_mrconv.py --crossover        # direct vs FFT by kernel length
+
+Every case is timed side by side in the same process: warm-up, then ``--repeats`` runs; the table
+gives the median and the spread (min-max) in milliseconds, and ratios of medians. Results are
+also written as CSV to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from mrconvnext.layers import MRConv2d
+from mrconvnext.ops import long_conv1d
+from mrconvnext.ops.long_conv import circular_kernel
+
+
+def timeit(fn, repeats: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def row(name: str, times: list[float], base: float | None = None) -> dict:
+    med = statistics.median(times)
+    r = {'case': name, 'median_ms': round(med, 2), 'min_ms': round(min(times), 2), 'max_ms': round(max(times), 2)}
+    r['ratio'] = round(med / base, 3) if base else 1.0
+    return r
+
+
+def bench_layer(args) -> list[dict]:
+    B, C, H, W = args.batch, args.dim, args.size, args.size
+    x = torch.randn(B, C, H, W)
+    kw = dict(kernel_size=args.kernel_size, kernel_type=args.kernel_type, num_modes=args.modes, num_taps=args.taps)
+    layer = MRConv2d(C, (H, W), **kw)
+    rows = []
+
+    def train_step():
+        layer.train()
+        xr = x.requires_grad_(True)
+        layer(xr).sum().backward()
+
+    t_train = timeit(train_step, args.repeats)
+    layer.eval()
+    with torch.no_grad():
+        t_branched = timeit(lambda: layer(x), args.repeats)
+        y_branched = layer(x)
+        layer.reparameterize()
+        t_rep = timeit(lambda: layer(x), args.repeats)
+        err = ((layer(x) - y_branched).abs().max() / y_branched.abs().max()).item()
+        # the 7x7 depthwise conv MRConv replaces, for scale
+        dw = torch.nn.Conv2d(C, C, 7, padding=3, groups=C)
+        t_dw = timeit(lambda: dw(x), args.repeats)
+    base = statistics.median(t_dw)
+    rows.append(row('depthwise 7x7 conv (eval, reference)', t_dw))
+    rows.append(row(f'MRConv {args.kernel_type} train fwd+bwd (bn, {layer.num_branches} branches)', t_train, base))
+    rows.append(row('MRConv branched eval', t_branched, base))
+    rows.append(row('MRConv reparameterized eval', t_rep, base))
+    print(f'reparameterized vs branched max relative difference: {err:.2e}')
+    return rows
+
+
+def _sizes(required: int) -> dict[str, int]:
+    from mrconvnext.ops import fft_size
+
+    return {'exact': required, 'pow2': 1 << (required - 1).bit_length(), '7-smooth': fft_size(required)}
+
+
+def bench_fft_sizes(args) -> list[dict]:
+    rows = []
+    for C, L in [(96, 3136), (192, 784), (384, 196), (768, 49)]:
+        x = torch.randn(args.batch, C, L)
+        k = torch.randn(C, 2 * L - 1)
+        sizes = _sizes(2 * L - 1)
+        times = {}
+        for name, n in sizes.items():
+            kc = circular_kernel(k, L - 1, n)
+
+            def run(n=n, kc=kc):
+                torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kc, n=n), n=n)[..., :L]
+
+            times[name] = timeit(run, args.repeats)
+        base = statistics.median(times['pow2'])
+        for name, t in times.items():
+            rows.append(row(f'L={L} C={C} n={sizes[name]} ({name})', t, base))
+    return rows
+
+
+def bench_crossover(args) -> list[dict]:
+    rows = []
+    for C, L in [(96, 3136), (768, 49)]:
+        x = torch.randn(args.batch, C, L)
+        for taps in (7, 15, 31, 63, 127, 255):
+            if taps > 2 * L - 1:
+                continue
+            k = torch.randn(C, taps)
+            t_fft = timeit(lambda k=k: long_conv1d(x, k, zero_lag=taps // 2, backend='fft'), args.repeats)
+            t_dir = timeit(lambda k=k: long_conv1d(x, k, zero_lag=taps // 2, backend='direct'), args.repeats)
+            rows.append(row(f'L={L} C={C} K={taps} fft', t_fft))
+            rows.append(row(f'L={L} C={C} K={taps} direct', t_dir, statistics.median(t_fft)))
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--fft-sizes', action='store_true')
+    p.add_argument('--crossover', action='store_true')
+    p.add_argument('--batch', type=int, default=16)
+    p.add_argument('--dim', type=int, default=96)
+    p.add_argument('--size', type=int, default=56)
+    p.add_argument('--kernel-size', type=int, default=196)
+    p.add_argument('--kernel-type', default='fourier_sparse')
+    p.add_argument('--modes', type=int, default=32)
+    p.add_argument('--taps', type=int, default=32)
+    p.add_argument('--repeats', type=int, default=7)
+    p.add_argument('--threads', type=int, default=None)
+    p.add_argument('--out', default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads')
+    rows = bench_fft_sizes(args) if args.fft_sizes else bench_crossover(args) if args.crossover else bench_layer(args)
+    width = max(len(r['case']) for r in rows)
+    print(f'{"case":<{width}}  median_ms  (min-max)        ratio')
+    for r in rows:
+        print(f'{r["case"]:<{width}}  {r["median_ms"]:9.2f}  ({r["min_ms"]:.2f}-{r["max_ms"]:.2f})  {r["ratio"]:6.3f}')
+    kind = 'fft_sizes' if args.fft_sizes else 'crossover' if args.crossover else 'layer'
+    out = Path(args.out or f'results/bench_mrconv_{kind}.csv')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open('w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+    main()

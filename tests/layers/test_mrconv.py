@@ -1,0 +1,270 @@
+import math
+
+import pytest
+import torch
+
+from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
+from mrconvnext.layers.kernel_params import DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
+from tests.reference import shifted_sum_conv
+
+# --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
+
+
+def _fourier_lags(modes: torch.Tensor, size: int) -> torch.Tensor:
+    """Naive inverse real DFT (norm='ortho') of the low modes; returns values at circular indices 0..size-1."""
+    c = modes.double()[..., 0] + 1j * modes.double()[..., 1]  # (C, m)
+    t = torch.arange(size, dtype=torch.float64)
+    out = torch.zeros(c.shape[0], size, dtype=torch.float64)
+    for f in range(c.shape[1]):
+        # the real DFT keeps DC and Nyquist once and every other mode with its conjugate twin
+        weight = 1.0 if f == 0 or (size % 2 == 0 and f == size // 2) else 2.0
+        out += weight * (c[:, f : f + 1] * torch.exp(2j * math.pi * f * t / size)).real
+    return out / math.sqrt(size)
+
+
+def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
+    """A branch kernel rebuilt from its parameters as {lag: value}, laid out centred on ``reach``."""
+    C = branch.dim
+    size = reach if causal else 2 * reach - 1
+    zero = 0 if causal else reach - 1
+    k = torch.zeros(C, size, dtype=torch.float64)
+
+    def put(c, lag, v):
+        if -(reach - 1) <= lag <= reach - 1 and (lag >= 0 or not causal):
+            k[c, lag + zero] += v
+
+    if isinstance(branch, FourierSparseKernel):
+        return _reference_branch(branch.fourier, reach, causal) + _reference_branch(branch.sparse, reach, causal)
+    if isinstance(branch, FourierKernel):
+        vals = _fourier_lags(branch.modes.detach(), branch.size)
+        for idx in range(branch.size):
+            lag = idx if idx < branch.reach else idx - branch.size
+            for c in range(C):
+                put(c, lag, vals[c, idx])
+    elif isinstance(branch, SparseKernel):
+        for c in range(C):
+            for p, w in zip(branch.positions[c].tolist(), branch.weight[c].detach().double()):
+                put(c, p - branch.zero_lag, w)
+    elif isinstance(branch, DilatedKernel):
+        n = branch.weight.shape[1]
+        js = range(n) if causal else range(-(n + 1) // 2 + 1, (n + 1) // 2)
+        for c in range(C):
+            for col, j in enumerate(js):
+                put(c, j * branch.dilation, branch.weight[c, col].detach().double())
+    else:  # dense
+        for c in range(C):
+            for idx in range(branch.size):
+                put(c, idx - branch.zero_lag, branch.weight[c, idx].detach().double())
+    return k
+
+
+def _reference_forward(layer: MRConv1d, x: torch.Tensor, training: bool) -> torch.Tensor:
+    x = x.double()
+    R, causal = layer.reach, layer.causal
+    outs = [shifted_sum_conv(x, _reference_branch(b, R, causal), 0 if causal else R - 1) for b in layer.branches]
+    if layer.combine == 'scale':
+        beta = layer.beta.detach().double()
+        return sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach().double()[:, None]
+    C = layer.dim
+    bn = layer.bn
+    y = 0
+    for i, o in enumerate(outs):
+        sl = slice(i * C, (i + 1) * C)
+        if training:
+            mean, var = o.mean(dim=(0, 2)), o.var(dim=(0, 2), unbiased=False)
+        else:
+            mean, var = bn.running_mean[sl].double(), bn.running_var[sl].double()
+        o = (o - mean[:, None]) / torch.sqrt(var[:, None] + bn.eps)
+        o = o * bn.weight[sl].detach().double()[:, None] + bn.bias[sl].detach().double()[:, None]
+        y = y + layer.alpha[i].detach().double()[:, None] * o
+    return y
+
+
+def _make(kernel_type, combine, causal=False, dim=4, seq_len=40, two_d=False, **kw):
+    kw = {**dict(kernel_size=6, kernel_type=kernel_type, combine=combine, causal=causal, num_modes=5, num_taps=4), **kw}
+    if two_d:
+        return MRConv2d(dim, (5, seq_len // 5), **kw)
+    return MRConv1d(dim, seq_len, **kw)
+
+
+def _train_a_little(layer, shape, steps=3):
+    layer.train()
+    opt = torch.optim.SGD(layer.parameters(), lr=0.05)
+    for _ in range(steps):
+        x = torch.randn(shape, dtype=next(layer.parameters()).dtype) * 2 + 0.5
+        loss = layer(x).pow(2).mean() + layer(x).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('causal', [False, True])
+def test_branched_layer_matches_naive_reference(kernel_type, combine, causal):
+    layer = _make(kernel_type, combine, causal).double()
+    _train_a_little(layer, (3, 4, 40))
+    for L in (40, 23, 57):  # nominal, shorter and longer sequences
+        x = torch.randn(3, 4, L, dtype=torch.float64)
+        for training in (True, False):
+            layer.train(training)
+            with torch.no_grad():
+                y = layer(x)
+            torch.testing.assert_close(y, _reference_forward(layer, x, training), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('two_d', [False, True])
+def test_reparameterized_equals_branched_float32(kernel_type, combine, two_d):
+    """Tolerance: 1e-5 relative to the output's largest magnitude, in float32."""
+    layer = _make(kernel_type, combine, two_d=two_d, seq_len=60)
+    shape = (4, 4, 5, 12) if two_d else (4, 4, 60)
+    _train_a_little(layer, shape)
+    if combine == 'bn':  # the fold is not trivial: statistics moved away from (0, 1)
+        assert (layer.bn.running_mean.abs() > 1e-3).any() and (layer.bn.running_var - 1).abs().max() > 1e-2
+    layer.eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        y = layer(x)
+        layer.reparameterize()
+        assert layer.deployed and not hasattr(layer, 'branches')
+        y_rep = layer(x)
+        layer.reparameterize()  # idempotent
+        y_rep2 = layer(x)
+    scale = y.abs().max()
+    assert (y - y_rep).abs().max() <= 1e-5 * scale
+    assert torch.equal(y_rep, y_rep2)
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+def test_gradcheck(kernel_type):
+    layer = _make(kernel_type, 'bn', dim=2, seq_len=12, kernel_size=3).double().train()
+    names, params = zip(*[(n, p) for n, p in layer.named_parameters()])
+    x = torch.randn(2, 2, 12, dtype=torch.float64, requires_grad=True)
+
+    def f(x, *ps):
+        return torch.func.functional_call(layer, dict(zip(names, ps)), (x,))
+
+    assert torch.autograd.gradcheck(f, (x, *[p.detach().clone().requires_grad_() for p in params]))
+
+
+def test_gradcheck_scale_combine():
+    layer = _make('fourier_sparse', 'scale', dim=2, seq_len=12, kernel_size=3).double()
+    names, params = zip(*layer.named_parameters())
+    x = torch.randn(2, 2, 12, dtype=torch.float64, requires_grad=True)
+    f = lambda x, *ps: torch.func.functional_call(layer, dict(zip(names, ps)), (x,))
+    assert torch.autograd.gradcheck(f, (x, *[p.detach().clone().requires_grad_() for p in params]))
+
+
+def test_resolutions_and_clipping():
+    # ConvNeXt-T stage lengths with the paper's smallest kernels
+    for L, l0, n, reach in [(3136, 196, 5, 3136), (784, 49, 5, 784), (196, 28, 4, 196), (49, 28, 2, 49)]:
+        layer = MRConv1d(2, L, kernel_size=l0, kernel_type='fourier', num_modes=8)
+        assert layer.num_branches == n and layer.reach == reach
+        assert [b.reach for b in layer.branches] == [min(l0 * 2**i, L) for i in range(n)]
+    assert MRConv1d(2, 10, kernel_size=64, kernel_type='sparse').reach == 10  # longer than the sequence: clipped
+    assert MRConv1d(2, 10_000, kernel_size=4, max_branches=3).num_branches == 3
+
+
+@pytest.mark.parametrize('kernel_type', ['dilated', 'fourier', 'sparse', 'fourier_sparse'])
+def test_same_parameter_count_per_branch(kernel_type):
+    layer = MRConv1d(3, 1024, kernel_size=16, kernel_type=kernel_type, num_modes=6, num_taps=8)
+    counts = {sum(p.numel() for p in b.parameters()) for b in layer.branches}
+    assert len(counts) == 1
+
+
+def test_sparse_positions_survive_save_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    a = MRConv1d(4, 64, kernel_size=8, kernel_type='sparse', seed=1)
+    b = MRConv1d(4, 64, kernel_size=8, kernel_type='sparse', seed=2)
+    assert not all(torch.equal(pa.positions, pb.positions) for pa, pb in zip(a.branches, b.branches))
+    save_file(a.state_dict(), tmp_path / 'a.safetensors')
+    b.load_state_dict(load_file(tmp_path / 'a.safetensors'))
+    a.eval(), b.eval()
+    x = torch.randn(2, 4, 64)
+    assert torch.equal(a(x), b(x))
+
+
+def test_seed_none_follows_global_rng():
+    torch.manual_seed(0)
+    a = MRConv1d(4, 64, kernel_size=8, kernel_type='sparse')
+    torch.manual_seed(0)
+    b = MRConv1d(4, 64, kernel_size=8, kernel_type='sparse')
+    assert all(torch.equal(pa.positions, pb.positions) for pa, pb in zip(a.branches, b.branches))
+
+
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+def test_deployed_state_dict_round_trip(combine):
+    layer = _make('fourier_sparse', combine, seq_len=40)
+    _train_a_little(layer, (3, 4, 40))
+    layer.eval()
+    x = torch.randn(2, 4, 40)
+    with torch.no_grad():
+        y = layer(x)
+        layer.reparameterize()
+        sd = layer.state_dict()
+        assert set(sd) == {'kernel', 'bias'}
+        built_deployed = _make('fourier_sparse', combine, seq_len=40, deploy=True)
+        built_deployed.load_state_dict(sd)
+        branched = _make('fourier_sparse', combine, seq_len=40).eval()
+        branched.load_state_dict(sd)  # converts itself to the deployed form
+        assert branched.deployed
+        for m in (built_deployed, branched):
+            assert (m(x) - y).abs().max() <= 1e-5 * y.abs().max()
+
+
+def test_deployed_rejects_branched_state_dict():
+    layer = _make('fourier', 'bn', seq_len=40)
+    with pytest.raises(RuntimeError, match='Unexpected key'):
+        _make('fourier', 'bn', seq_len=40, deploy=True).load_state_dict(layer.state_dict())
+
+
+def test_parameter_groups():
+    layer = _make('fourier_sparse', 'bn', seq_len=40)
+    names = layer.kernel_parameter_names()
+    assert names and all(n.endswith(('modes', 'weight')) and n.startswith('branches.') for n in names)
+    assert 'alpha' in layer.no_weight_decay_names() and 'bn.weight' not in names
+    layer.reparameterize()
+    assert layer.kernel_parameter_names() == ['kernel']
+
+
+def test_autocast_bfloat16():
+    layer = _make('fourier_sparse', 'bn', seq_len=40).eval()
+    x = torch.randn(2, 4, 40)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        y = layer(x.bfloat16())
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    assert (y.float() - layer(x)).abs().max() <= 0.05 * layer(x).abs().max()
+
+
+def test_2d_flattens_row_major():
+    layer2 = _make('fourier', 'scale', two_d=True, seq_len=40).double()
+    layer1 = MRConv1d(4, 40, kernel_size=6, kernel_type='fourier', combine='scale', num_modes=5).double()
+    layer1.load_state_dict(layer2.state_dict())
+    x = torch.randn(2, 4, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(layer2(x), layer1(x.reshape(2, 4, 40)).reshape(2, 4, 5, 8))
+
+
+@pytest.mark.parametrize(
+    'x, err, match',
+    [
+        (torch.randn(2, 4), ValueError, r'\(B, C, L\)'),
+        (torch.randn(2, 5, 40), ValueError, '4 channels'),
+        (torch.ones(2, 4, 40, dtype=torch.int32), TypeError, 'floating-point'),
+        (torch.randn(2, 4, 0), ValueError, 'empty'),
+    ],
+)
+def test_bad_inputs(x, err, match):
+    with pytest.raises(err, match=match):
+        _make('fourier', 'bn')(x)
+
+
+def test_bad_inputs_2d_and_options():
+    with pytest.raises(ValueError, match=r'\(B, C, H, W\)'):
+        _make('fourier', 'bn', two_d=True)(torch.randn(2, 4, 40))
+    with pytest.raises(ValueError, match='kernel_type'):
+        MRConv1d(4, 40, kernel_type='wavelet')
+    with pytest.raises(ValueError, match='combine'):
+        MRConv1d(4, 40, combine='sum')

@@ -1,0 +1,118 @@
+import functools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mrconvnext.ops import circular_kernel, fft_size, long_conv1d
+from tests.reference import shifted_sum_conv
+
+
+def _full_conv1d_reference(x, kernel, zero_lag):
+    """The full linear convolution by F.conv1d (float64), cropped to the outputs 0..L-1."""
+    B, C, L = x.shape
+    K = kernel.shape[-1]
+    full = F.conv1d(F.pad(x, (K - 1, K - 1)), kernel.flip(-1).unsqueeze(1), groups=C)  # length L + K - 1
+    return full[..., zero_lag : zero_lag + L]
+
+
+@pytest.mark.parametrize('backend', ['fft', 'direct', 'auto'])
+@pytest.mark.parametrize('L', [1, 16, 17])
+@pytest.mark.parametrize('K_rel', ['shorter', 'equal', 'longer'])
+@pytest.mark.parametrize('mode', ['causal', 'bidirectional'])
+def test_matches_conv1d_reference(backend, L, K_rel, mode):
+    reach = {'shorter': max(1, L // 3), 'equal': L, 'longer': 2 * L + 3}[K_rel]
+    K, zero_lag = (reach, 0) if mode == 'causal' else (2 * reach - 1, reach - 1)
+    x = torch.randn(2, 3, L, dtype=torch.float64)
+    k = torch.randn(3, K, dtype=torch.float64)
+    bias = torch.randn(3, dtype=torch.float64)
+    y = long_conv1d(x, k, bias, zero_lag=zero_lag, backend=backend)
+    ref = _full_conv1d_reference(x, k, zero_lag) + bias[:, None]
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag) + bias[:, None], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('backend', ['fft', 'direct'])
+def test_asymmetric_and_stacked_kernels(backend):
+    x = torch.randn(2, 4, 23, dtype=torch.float64)
+    k = torch.randn(3, 4, 11, dtype=torch.float64)
+    for zero_lag in (0, 2, 10):
+        y = long_conv1d(x, k, zero_lag=zero_lag, backend=backend)
+        assert y.shape == (2, 3, 4, 23)
+        for i in range(3):
+            torch.testing.assert_close(y[:, i], shifted_sum_conv(x, k[i], zero_lag), rtol=1e-10, atol=1e-10)
+
+
+def test_float32_accuracy_long_sequence():
+    L = 3136
+    x = torch.randn(2, 3, L)
+    k = torch.randn(3, 2 * L - 1) / L**0.5
+    y = long_conv1d(x, k, zero_lag=L - 1, backend='fft')
+    ref = _full_conv1d_reference(x.double(), k.double(), L - 1)
+    assert (y.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_inputs_compute_in_float32(dtype):
+    x = torch.randn(2, 3, 40).to(dtype)
+    k = torch.randn(3, 79)
+    y = long_conv1d(x, k, zero_lag=39, backend='fft')
+    assert y.dtype == dtype
+    ref = shifted_sum_conv(x.double(), k.double(), 39)
+    # only the final rounding to the half dtype remains
+    torch.testing.assert_close(y.double(), ref, rtol=2 * torch.finfo(dtype).eps, atol=1e-2 * ref.abs().max().item())
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        y2 = long_conv1d(x.float(), k, zero_lag=39, backend='fft')
+    assert y2.dtype == torch.float32
+    torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
+
+
+def test_gradcheck_both_backends():
+    x = torch.randn(2, 2, 9, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 7, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    for backend in ('fft', 'direct'):
+        f = functools.partial(long_conv1d, zero_lag=3, backend=backend)
+        assert torch.autograd.gradcheck(f, (x, k, b))
+
+
+def _smooth(q):
+    for p in (2, 3, 5, 7):
+        while q % p == 0:
+            q //= p
+    return q == 1
+
+
+def test_fft_size_policy():
+    for n in (1, 97, 391, 1567, 6271, 6272, 10007):
+        m = fft_size(n)
+        assert m >= n and _smooth(m)
+        assert not any(_smooth(q) for q in range(n, m)), 'not the smallest 7-smooth size'
+
+
+def test_circular_kernel_layout():
+    k = torch.arange(1.0, 6.0).view(1, 5)  # lags -2..2 with zero_lag 2
+    c = circular_kernel(k, 2, 8)
+    assert c.tolist() == [[3.0, 4.0, 5.0, 0.0, 0.0, 0.0, 1.0, 2.0]]
+
+
+@pytest.mark.parametrize(
+    'args, err',
+    [
+        ((torch.randn(2, 3), torch.randn(3, 5)), ValueError),  # wrong rank
+        ((torch.randn(2, 3, 8), torch.randn(4, 5)), ValueError),  # channel mismatch
+        ((torch.ones(2, 3, 8, dtype=torch.int64), torch.randn(3, 5)), TypeError),  # integer input
+        ((torch.randn(2, 3, 0), torch.randn(3, 5)), ValueError),  # empty sequence
+        ((torch.randn(2, 3, 8), torch.randn(3, 0)), ValueError),  # empty kernel
+    ],
+)
+def test_bad_inputs(args, err):
+    with pytest.raises(err):
+        long_conv1d(*args, zero_lag=0)
+
+
+def test_bad_zero_lag_and_backend():
+    with pytest.raises(ValueError, match='zero_lag'):
+        long_conv1d(torch.randn(1, 2, 8), torch.randn(2, 3), zero_lag=3)
+    with pytest.raises(ValueError, match='backend'):
+        long_conv1d(torch.randn(1, 2, 8), torch.randn(2, 3), backend='cufft')
