@@ -1,6 +1,10 @@
-"""mrconvnext: long-convolution vision backbones (MRConv, TaLK, LightConv/DynamicConv) for timm."""
+"""mrconvnext: long-convolution vision backbones (MRConv, TaLK, LightConv/DynamicConv) for timm.
 
-from . import layers, ops
+Importing the package registers its models with timm (``timm.create_model('mrconvnext_t')``).
+"""
+
+from . import layers, models, ops
+from .models import load_convnext_weights
 
 __version__ = '0.1.0'
-__all__ = ['layers', 'ops', '__version__']
+__all__ = ['layers', 'models', 'ops', 'load_convnext_weights', '__version__']

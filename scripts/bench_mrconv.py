@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -80,6 +81,10 @@ def _sizes(required: int) -> dict[str, int]:
     return {'exact': required, 'pow2': 1 << (required - 1).bit_length(), '7-smooth': fft_size(required)}
 
 
+def _fft_conv_at(x: torch.Tensor, kernel_circ: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel_circ, n=n), n=n)[..., : x.shape[-1]]
+
+
 def bench_fft_sizes(args) -> list[dict]:
     rows = []
     for C, L in [(96, 3136), (192, 784), (384, 196), (768, 49)]:
@@ -88,12 +93,7 @@ def bench_fft_sizes(args) -> list[dict]:
         sizes = _sizes(2 * L - 1)
         times = {}
         for name, n in sizes.items():
-            kc = circular_kernel(k, L - 1, n)
-
-            def run(n=n, kc=kc):
-                torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kc, n=n), n=n)[..., :L]
-
-            times[name] = timeit(run, args.repeats)
+            times[name] = timeit(functools.partial(_fft_conv_at, x, circular_kernel(k, L - 1, n), n), args.repeats)
         base = statistics.median(times['pow2'])
         for name, t in times.items():
             rows.append(row(f'L={L} C={C} n={sizes[name]} ({name})', t, base))
@@ -108,8 +108,8 @@ def bench_crossover(args) -> list[dict]:
             if taps > 2 * L - 1:
                 continue
             k = torch.randn(C, taps)
-            t_fft = timeit(lambda k=k: long_conv1d(x, k, zero_lag=taps // 2, backend='fft'), args.repeats)
-            t_dir = timeit(lambda k=k: long_conv1d(x, k, zero_lag=taps // 2, backend='direct'), args.repeats)
+            t_fft = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, backend='fft'), args.repeats)
+            t_dir = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, backend='direct'), args.repeats)
             rows.append(row(f'L={L} C={C} K={taps} fft', t_fft))
             rows.append(row(f'L={L} C={C} K={taps} direct', t_dir, statistics.median(t_fft)))
     return rows

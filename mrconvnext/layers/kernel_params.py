@@ -140,7 +140,7 @@ class SparseKernel(BranchKernel):
         if num_taps < 1:
             raise ValueError(f'num_taps must be >= 1, got {num_taps}')
         taps = min(num_taps, self.size)
-        positions = torch.rand(dim, self.size, generator=generator).argsort(dim=1)[:, :taps]
+        positions = torch.rand(dim, self.size, generator=generator, device='cpu').argsort(dim=1)[:, :taps]
         self.register_buffer('positions', positions.sort(dim=1).values)
         self.weight = nn.Parameter(torch.randn(dim, taps) / math.sqrt(taps))
 

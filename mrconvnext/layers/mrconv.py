@@ -134,8 +134,8 @@ class MRConv1d(nn.Module):
             self._make_deployed()
             return
         if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)).item())
-        generator = torch.Generator().manual_seed(seed)
+            seed = int(torch.randint(0, 2**62, (1,), device='cpu').item())
+        generator = torch.Generator(device='cpu').manual_seed(seed)
         taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
         self.branches = nn.ModuleList(
             [self._make_branch(i, taps, num_modes, generator) for i in range(self.num_branches)]

@@ -1,0 +1,190 @@
+"""The shared mechanism of the zoo: timm's own ConvNeXt with each block's depthwise conv swapped.
+
+:class:`MixerConvNeXt` subclasses :class:`timm.models.convnext.ConvNeXt` and, after timm has built
+the whole network (stem, downsampling, norms, MLPs, layer scale, drop path, head), replaces every
+``stages.i.blocks.j.conv_dw`` with a token mixer made by :meth:`MixerConvNeXt.make_mixer`. All
+other weights keep timm's names and shapes, so timm ConvNeXt checkpoints warm-start the model
+(:func:`load_convnext_weights`), and everything timm's ConvNeXt offers (features, intermediates,
+classifier reset, grad checkpointing, group matcher) is inherited, not rewritten.
+
+Subclasses implement :meth:`make_mixer` from JSON-serializable constructor arguments only, so
+``timm.models.save_for_hf`` configs rebuild the same model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+import torch.nn as nn
+from timm.models.convnext import ConvNeXt
+
+__all__ = ['MixerConvNeXt', 'stage_feature_sizes', 'load_convnext_weights']
+
+
+def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    size = tuple(int(s) for s in size)
+    if len(size) != 2:
+        raise ValueError(f'img_size must be an int or (H, W), got {size}')
+    return size
+
+
+def stage_feature_sizes(img_size: tuple[int, int], reductions: list[int]) -> list[tuple[int, int]]:
+    """Nominal (H, W) of each stage's feature map: ``img_size // reduction`` (timm's strided convs floor)."""
+    return [(img_size[0] // r, img_size[1] // r) for r in reductions]
+
+
+class MixerConvNeXt(ConvNeXt):
+    """timm ConvNeXt whose 7x7 depthwise convs are replaced by :meth:`make_mixer` modules.
+
+    Args:
+        img_size: nominal input size; sets the sequence length each mixer is built for (any input
+            size at least the network stride works at run time).
+        deploy: build the mixers in their reparameterized (inference) form.
+        **kwargs: timm ``ConvNeXt`` arguments (depths, dims, drop_path_rate, ...).
+    """
+
+    def __init__(self, img_size: int | tuple[int, int] = 224, deploy: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.img_size = _pair(img_size)
+        self.deploy = deploy
+        self.stride = self.feature_info[-1]['reduction']
+        sizes = stage_feature_sizes(self.img_size, [f['reduction'] for f in self.feature_info])
+        if min(min(s) for s in sizes) < 1:
+            raise ValueError(f'img_size {self.img_size} is smaller than the network stride {self.stride}')
+        for i, stage in enumerate(self.stages):
+            for block in stage.blocks:
+                dim = block.conv_dw.in_channels
+                block.conv_dw = self.make_mixer(i, dim, sizes[i])
+
+    def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
+        """The token mixer of a block in ``stage`` with ``dim`` channels on an ``input_size`` map."""
+        raise NotImplementedError
+
+    # --- the timm model-args record reflects the deployed state, whoever reparameterized the mixers
+    @property
+    def _model_args(self) -> dict:
+        args = dict(self.__dict__.get('_stored_model_args', {}))
+        if self.is_deployed():
+            args['deploy'] = True
+        return args
+
+    @_model_args.setter
+    def _model_args(self, value: Mapping) -> None:
+        self.__dict__['_stored_model_args'] = dict(value)
+
+    def mixers(self) -> list[nn.Module]:
+        return [block.conv_dw for stage in self.stages for block in stage.blocks]
+
+    def is_deployed(self) -> bool:
+        return all(getattr(m, 'deployed', False) for m in self.mixers())
+
+    @torch.no_grad()
+    def reparameterize(self) -> None:
+        """Reparameterize every mixer that supports it, in place (idempotent)."""
+        for m in self.mixers():
+            if hasattr(m, 'reparameterize'):
+                m.reparameterize()
+
+    def mixer_kernel_parameter_names(self) -> set[str]:
+        """Full names of the long-kernel parameters (their own lr and no weight decay)."""
+        names = set()
+        for name, module in self.named_modules():
+            if hasattr(module, 'kernel_parameter_names'):
+                names.update(f'{name}.{n}' for n in module.kernel_parameter_names())
+        return names
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        """Long-kernel parameters and per-branch mixing weights: excluded from weight decay."""
+        names = set()
+        for name, module in self.named_modules():
+            if hasattr(module, 'no_weight_decay_names'):
+                names.update(f'{name}.{n}' for n in module.no_weight_decay_names())
+        return names
+
+    # --- input validation on top of timm's forward paths
+    def _check_input(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
+        if x.dim() != 4:
+            raise ValueError(f'{type(self).__name__} expects images of shape (B, C, H, W), got {tuple(x.shape)}')
+        if x.shape[1] != self.in_chans:
+            raise ValueError(
+                f'{type(self).__name__} was built for in_chans={self.in_chans}, got an input with {x.shape[1]} channels'
+            )
+        if x.shape[-2] < self.stride or x.shape[-1] < self.stride:
+            raise ValueError(
+                f'input {tuple(x.shape[-2:])} is smaller than the network stride {self.stride}: '
+                f'H and W must be >= {self.stride}'
+            )
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        return super().forward_features(x)
+
+    def forward_intermediates(self, x: torch.Tensor, *args, **kwargs):
+        self._check_input(x)
+        return super().forward_intermediates(x, *args, **kwargs)
+
+
+def _read_state_dict(source: str | os.PathLike | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if isinstance(source, Mapping):
+        return dict(source)
+    path = os.fspath(source)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'no checkpoint file at {path}')
+    try:
+        if path.endswith('.safetensors'):
+            from safetensors.torch import load_file
+
+            sd = load_file(path)
+        else:
+            sd = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as e:  # truncated, foreign or pickled-object files
+        raise ValueError(f'could not read a state dict from {path}: {type(e).__name__}: {e}') from e
+    for key in ('state_dict_ema', 'model_ema', 'state_dict', 'model'):
+        if isinstance(sd, Mapping) and key in sd and isinstance(sd[key], Mapping):
+            sd = sd[key]
+            break
+    if not isinstance(sd, Mapping) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f'{path} does not hold a state dict of tensors')
+    return dict(sd)
+
+
+def load_convnext_weights(model: MixerConvNeXt, source: str | os.PathLike | Mapping[str, torch.Tensor]) -> list[str]:
+    """Warm start: copy every non-mixer weight of a timm ConvNeXt checkpoint into ``model``.
+
+    ``source`` is a state dict, or a ``.safetensors`` / ``torch.save`` file (read with
+    ``weights_only=True``). timm's own checkpoint filter maps original-repo names. All non-mixer
+    tensors must be present with matching shapes (the same ConvNeXt size); the classifier is
+    skipped if its class count differs.
+
+    Returns:
+        The model's state-dict keys left at their initialization: exactly the mixer keys (and the
+        classifier's, when skipped).
+    """
+    from timm.models.convnext import checkpoint_filter_fn
+
+    sd = checkpoint_filter_fn(_read_state_dict(source), model)
+    own = model.state_dict()
+    mixer_prefixes = tuple(f'{n}.' for n, m in model.named_modules() if n.endswith('.conv_dw'))
+    load, problems = {}, []
+    for k, v in own.items():
+        if k.startswith(mixer_prefixes):
+            continue
+        if k not in sd:
+            problems.append(f'missing {k}')
+        elif sd[k].shape != v.shape:
+            if k.startswith('head.fc.'):
+                continue  # a different class count: keep the new classifier
+            problems.append(f'{k}: checkpoint {tuple(sd[k].shape)} vs model {tuple(v.shape)}')
+        else:
+            load[k] = sd[k]
+    if problems:
+        raise ValueError('checkpoint does not match this ConvNeXt size: ' + '; '.join(problems[:8]))
+    model.load_state_dict(load, strict=False)
+    return sorted(k for k in own if k not in load)

@@ -1,0 +1,196 @@
+"""MRConvNeXt: ConvNeXt with MRConv token mixers (Cunningham et al., NeurIPS 2024, §5.4, App. D.5).
+
+Each block's 7x7 depthwise conv becomes an :class:`~mrconvnext.layers.MRConv2d` over the row-major
+flattened feature map. Kernel settings follow App. D.5: at most 5 resolutions and a smallest
+kernel (reach) per stage of ``max(ceil(L / 16), 28)`` for stage sequence length ``L``, which gives
+the paper's (196, 49, 28, 28) at 224x224 and derives the small variants' settings by the same rule.
+
+Mode and tap counts (chosen to land on the paper's Table 12 parameter counts, checked in the tests):
+37 Fourier modes per branch (MRConvNeXt-T/S/B Fourier: 29.9M / 53.2M / 92.6M vs 30M / 53M / 93M)
+and 80 sparse taps per branch (Fourier+Sparse: 31.6M / 56.9M / 97.5M vs 32M / 57M / 98M).
+
+No ImageNet weights for MRConvNeXt exist; ``pretrained=True`` needs a weight source you provide
+(``pretrained_cfg_overlay=dict(file=...)``, ``local-dir:`` or ``hf-hub:``). To start from timm's
+ImageNet ConvNeXt, use :func:`~mrconvnext.models.load_convnext_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn as nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._pretrained import PretrainedCfg
+from timm.models._registry import get_pretrained_cfg
+
+from ..layers import MRConv2d
+from ._mixer_convnext import MixerConvNeXt
+
+__all__ = ['MRConvNeXt', 'mrconv_kernel_size']
+
+
+def mrconv_kernel_size(seq_len: int, max_branches: int = 5, min_size: int = 28) -> int:
+    """App. D.5 rule: the smallest reach is ``max(ceil(L / 2**(max_branches - 1)), min_size)``."""
+    return max(math.ceil(seq_len / 2 ** (max_branches - 1)), min_size)
+
+
+class MRConvNeXt(MixerConvNeXt):
+    """ConvNeXt with MRConv mixers.
+
+    Args:
+        kernel_type: ``'fourier_sparse'`` (the paper's best), ``'fourier'``, ``'sparse'``,
+            ``'dilated'`` or ``'dense'``.
+        combine: ``'bn'`` (BatchNorm per branch + alpha) or ``'scale'`` (linear rescaling).
+        kernel_sizes: smallest reach per stage; default from :func:`mrconv_kernel_size`.
+        max_branches: resolutions per mixer at most.
+        num_modes: Fourier modes per branch.
+        num_taps: sparse taps per branch (taps per side for ``dilated``; default its kernel size).
+        causal: causal mixers (default bidirectional).
+        backend: convolution backend of the mixers.
+        **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments (``img_size``, ``deploy``,
+            ``depths``, ``dims``, ``num_classes``, ``in_chans``, ``drop_path_rate``, ...).
+    """
+
+    def __init__(
+        self,
+        kernel_type: str = 'fourier_sparse',
+        combine: str = 'bn',
+        kernel_sizes: tuple[int, ...] | list[int] | None = None,
+        max_branches: int = 5,
+        num_modes: int = 37,
+        num_taps: int | None = 80,
+        causal: bool = False,
+        backend: str = 'auto',
+        **kwargs,
+    ) -> None:
+        if kernel_sizes is not None and len(kernel_sizes) != len(kwargs.get('depths', (3, 3, 9, 3))):
+            raise ValueError(f'kernel_sizes needs one entry per stage, got {kernel_sizes}')
+        self.mixer_cfg = dict(
+            kernel_type=kernel_type,
+            combine=combine,
+            max_branches=max_branches,
+            num_modes=num_modes,
+            num_taps=None if kernel_type == 'dilated' else num_taps,
+            causal=causal,
+            backend=backend,
+        )
+        self.kernel_sizes = tuple(kernel_sizes) if kernel_sizes is not None else None
+        super().__init__(**kwargs)
+
+    def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
+        L = input_size[0] * input_size[1]
+        cfg = self.mixer_cfg
+        l0 = self.kernel_sizes[stage] if self.kernel_sizes else mrconv_kernel_size(L, cfg['max_branches'])
+        return MRConv2d(dim, input_size, kernel_size=l0, deploy=self.deploy, **cfg)
+
+
+def _check_weight_source(variant: str, kwargs: dict) -> None:
+    """No MRConvNeXt weights exist anywhere: refuse ``pretrained=True`` without a source."""
+    cfg = kwargs.get('pretrained_cfg') or get_pretrained_cfg(variant)
+    if isinstance(cfg, dict):
+        cfg = PretrainedCfg(**cfg)
+    overlay = kwargs.get('pretrained_cfg_overlay') or {}
+    has_source = any(overlay.get(k) for k in ('file', 'url', 'hf_hub_id', 'state_dict')) or (
+        isinstance(cfg, PretrainedCfg) and any((cfg.file, cfg.url, cfg.hf_hub_id, cfg.state_dict))
+    )
+    if not has_source:
+        raise ValueError(
+            f'{variant}: no pretrained ImageNet weights exist for MRConvNeXt. Pass a weight source '
+            "(pretrained_cfg_overlay=dict(file='model.safetensors'), or create_model('local-dir:<dir>' / "
+            "'hf-hub:<repo>')), or warm-start from timm's ConvNeXt with mrconvnext.load_convnext_weights()."
+        )
+
+
+def _create(model_cls, variant: str, pretrained: bool = False, **kwargs):
+    if pretrained:
+        _check_weight_source(variant, kwargs)
+    return build_model_with_cfg(
+        model_cls,
+        variant,
+        pretrained,
+        feature_cfg=dict(out_indices=(0, 1, 2, 3), flatten_sequential=True),
+        **kwargs,
+    )
+
+
+def _cfg(**kwargs) -> dict:
+    return {
+        'url': '',
+        'num_classes': 1000,
+        'input_size': (3, 224, 224),
+        'pool_size': (7, 7),
+        'crop_pct': 0.875,
+        'interpolation': 'bicubic',
+        'mean': IMAGENET_DEFAULT_MEAN,
+        'std': IMAGENET_DEFAULT_STD,
+        'first_conv': 'stem.0',
+        'classifier': 'head.fc',
+        'license': 'apache-2.0',
+        'paper_ids': 'arXiv:2408.09453',
+        'paper_name': 'Reparameterized Multi-Resolution Convolutions for Long Sequence Modelling',
+        **kwargs,
+    }
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        name: _cfg()
+        for name in (
+            'mrconvnext_atto',
+            'mrconvnext_femto',
+            'mrconvnext_pico',
+            'mrconvnext_nano',
+            'mrconvnext_t',
+            'mrconvnext_s',
+            'mrconvnext_b',
+        )
+    }
+)
+
+# depths / dims of timm's ConvNeXt of the same size (atto..nano use timm's conv-MLP variant)
+_SMALL = dict(conv_mlp=True)
+ARCHS = {
+    'mrconvnext_atto': dict(depths=(2, 2, 6, 2), dims=(40, 80, 160, 320), **_SMALL),
+    'mrconvnext_femto': dict(depths=(2, 2, 6, 2), dims=(48, 96, 192, 384), **_SMALL),
+    'mrconvnext_pico': dict(depths=(2, 2, 6, 2), dims=(64, 128, 256, 512), **_SMALL),
+    'mrconvnext_nano': dict(depths=(2, 2, 8, 2), dims=(80, 160, 320, 640), **_SMALL),
+    'mrconvnext_t': dict(depths=(3, 3, 9, 3), dims=(96, 192, 384, 768)),
+    'mrconvnext_s': dict(depths=(3, 3, 27, 3), dims=(96, 192, 384, 768)),
+    'mrconvnext_b': dict(depths=(3, 3, 27, 3), dims=(128, 256, 512, 1024)),
+}
+
+
+@register_model
+def mrconvnext_atto(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_atto', pretrained, **dict(ARCHS['mrconvnext_atto'], **kwargs))
+
+
+@register_model
+def mrconvnext_femto(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_femto', pretrained, **dict(ARCHS['mrconvnext_femto'], **kwargs))
+
+
+@register_model
+def mrconvnext_pico(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_pico', pretrained, **dict(ARCHS['mrconvnext_pico'], **kwargs))
+
+
+@register_model
+def mrconvnext_nano(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_nano', pretrained, **dict(ARCHS['mrconvnext_nano'], **kwargs))
+
+
+@register_model
+def mrconvnext_t(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_t', pretrained, **dict(ARCHS['mrconvnext_t'], **kwargs))
+
+
+@register_model
+def mrconvnext_s(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_s', pretrained, **dict(ARCHS['mrconvnext_s'], **kwargs))
+
+
+@register_model
+def mrconvnext_b(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    return _create(MRConvNeXt, 'mrconvnext_b', pretrained, **dict(ARCHS['mrconvnext_b'], **kwargs))
