@@ -18,9 +18,31 @@ from collections.abc import Mapping
 
 import torch
 import torch.nn as nn
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models import build_model_with_cfg
+from timm.models._pretrained import PretrainedCfg
+from timm.models._registry import get_pretrained_cfg
 from timm.models.convnext import ConvNeXt
 
-__all__ = ['MixerConvNeXt', 'stage_feature_sizes', 'load_convnext_weights']
+__all__ = [
+    'MixerConvNeXt',
+    'CONVNEXT_ARCHS',
+    'convnext_cfg',
+    'create_mixer_convnext',
+    'stage_feature_sizes',
+    'load_convnext_weights',
+]
+
+# depths / dims of timm's ConvNeXt sizes (atto..nano use timm's conv-MLP variant, as timm does)
+CONVNEXT_ARCHS = {
+    'atto': dict(depths=(2, 2, 6, 2), dims=(40, 80, 160, 320), conv_mlp=True),
+    'femto': dict(depths=(2, 2, 6, 2), dims=(48, 96, 192, 384), conv_mlp=True),
+    'pico': dict(depths=(2, 2, 6, 2), dims=(64, 128, 256, 512), conv_mlp=True),
+    'nano': dict(depths=(2, 2, 8, 2), dims=(80, 160, 320, 640), conv_mlp=True),
+    't': dict(depths=(3, 3, 9, 3), dims=(96, 192, 384, 768)),
+    's': dict(depths=(3, 3, 27, 3), dims=(96, 192, 384, 768)),
+    'b': dict(depths=(3, 3, 27, 3), dims=(128, 256, 512, 1024)),
+}
 
 
 def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -188,3 +210,51 @@ def load_convnext_weights(model: MixerConvNeXt, source: str | os.PathLike | Mapp
         raise ValueError('checkpoint does not match this ConvNeXt size: ' + '; '.join(problems[:8]))
     model.load_state_dict(load, strict=False)
     return sorted(k for k in own if k not in load)
+
+
+def convnext_cfg(**kwargs) -> dict:
+    """timm ``pretrained_cfg`` of a 224x224 ImageNet ConvNeXt-style model with no released weights."""
+    return {
+        'url': '',
+        'num_classes': 1000,
+        'input_size': (3, 224, 224),
+        'pool_size': (7, 7),
+        'crop_pct': 0.875,
+        'interpolation': 'bicubic',
+        'mean': IMAGENET_DEFAULT_MEAN,
+        'std': IMAGENET_DEFAULT_STD,
+        'first_conv': 'stem.0',
+        'classifier': 'head.fc',
+        'license': 'apache-2.0',
+        **kwargs,
+    }
+
+
+def _check_weight_source(variant: str, kwargs: dict) -> None:
+    """No ImageNet weights exist for these models: refuse ``pretrained=True`` without a source."""
+    cfg = kwargs.get('pretrained_cfg') or get_pretrained_cfg(variant)
+    if isinstance(cfg, dict):
+        cfg = PretrainedCfg(**cfg)
+    overlay = kwargs.get('pretrained_cfg_overlay') or {}
+    has_source = any(overlay.get(k) for k in ('file', 'url', 'hf_hub_id', 'state_dict')) or (
+        isinstance(cfg, PretrainedCfg) and any((cfg.file, cfg.url, cfg.hf_hub_id, cfg.state_dict))
+    )
+    if not has_source:
+        raise ValueError(
+            f'{variant}: no pretrained ImageNet weights exist for this model. Pass a weight source '
+            "(pretrained_cfg_overlay=dict(file='model.safetensors'), or create_model('local-dir:<dir>' / "
+            "'hf-hub:<repo>')), or warm-start from timm's ConvNeXt with mrconvnext.load_convnext_weights()."
+        )
+
+
+def create_mixer_convnext(model_cls: type[MixerConvNeXt], variant: str, pretrained: bool = False, **kwargs):
+    """``build_model_with_cfg`` with ConvNeXt's feature config and the weight-source check."""
+    if pretrained:
+        _check_weight_source(variant, kwargs)
+    return build_model_with_cfg(
+        model_cls,
+        variant,
+        pretrained,
+        feature_cfg=dict(out_indices=(0, 1, 2, 3), flatten_sequential=True),
+        **kwargs,
+    )

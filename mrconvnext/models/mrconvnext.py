@@ -19,13 +19,10 @@ from __future__ import annotations
 import math
 
 import torch.nn as nn
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
-from timm.models._pretrained import PretrainedCfg
-from timm.models._registry import get_pretrained_cfg
+from timm.models import generate_default_cfgs, register_model
 
 from ..layers import MRConv2d
-from ._mixer_convnext import MixerConvNeXt
+from ._mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
 
 __all__ = ['MRConvNeXt', 'mrconv_kernel_size']
 
@@ -85,57 +82,13 @@ class MRConvNeXt(MixerConvNeXt):
         return MRConv2d(dim, input_size, kernel_size=l0, deploy=self.deploy, **cfg)
 
 
-def _check_weight_source(variant: str, kwargs: dict) -> None:
-    """No MRConvNeXt weights exist anywhere: refuse ``pretrained=True`` without a source."""
-    cfg = kwargs.get('pretrained_cfg') or get_pretrained_cfg(variant)
-    if isinstance(cfg, dict):
-        cfg = PretrainedCfg(**cfg)
-    overlay = kwargs.get('pretrained_cfg_overlay') or {}
-    has_source = any(overlay.get(k) for k in ('file', 'url', 'hf_hub_id', 'state_dict')) or (
-        isinstance(cfg, PretrainedCfg) and any((cfg.file, cfg.url, cfg.hf_hub_id, cfg.state_dict))
-    )
-    if not has_source:
-        raise ValueError(
-            f'{variant}: no pretrained ImageNet weights exist for MRConvNeXt. Pass a weight source '
-            "(pretrained_cfg_overlay=dict(file='model.safetensors'), or create_model('local-dir:<dir>' / "
-            "'hf-hub:<repo>')), or warm-start from timm's ConvNeXt with mrconvnext.load_convnext_weights()."
-        )
-
-
-def _create(model_cls, variant: str, pretrained: bool = False, **kwargs):
-    if pretrained:
-        _check_weight_source(variant, kwargs)
-    return build_model_with_cfg(
-        model_cls,
-        variant,
-        pretrained,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), flatten_sequential=True),
-        **kwargs,
-    )
-
-
-def _cfg(**kwargs) -> dict:
-    return {
-        'url': '',
-        'num_classes': 1000,
-        'input_size': (3, 224, 224),
-        'pool_size': (7, 7),
-        'crop_pct': 0.875,
-        'interpolation': 'bicubic',
-        'mean': IMAGENET_DEFAULT_MEAN,
-        'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'stem.0',
-        'classifier': 'head.fc',
-        'license': 'apache-2.0',
-        'paper_ids': 'arXiv:2408.09453',
-        'paper_name': 'Reparameterized Multi-Resolution Convolutions for Long Sequence Modelling',
-        **kwargs,
-    }
-
-
+_PAPER = dict(
+    paper_ids='arXiv:2408.09453',
+    paper_name='Reparameterized Multi-Resolution Convolutions for Long Sequence Modelling',
+)
 default_cfgs = generate_default_cfgs(
     {
-        name: _cfg()
+        name: convnext_cfg(**_PAPER)
         for name in (
             'mrconvnext_atto',
             'mrconvnext_femto',
@@ -148,49 +101,37 @@ default_cfgs = generate_default_cfgs(
     }
 )
 
-# depths / dims of timm's ConvNeXt of the same size (atto..nano use timm's conv-MLP variant)
-_SMALL = dict(conv_mlp=True)
-ARCHS = {
-    'mrconvnext_atto': dict(depths=(2, 2, 6, 2), dims=(40, 80, 160, 320), **_SMALL),
-    'mrconvnext_femto': dict(depths=(2, 2, 6, 2), dims=(48, 96, 192, 384), **_SMALL),
-    'mrconvnext_pico': dict(depths=(2, 2, 6, 2), dims=(64, 128, 256, 512), **_SMALL),
-    'mrconvnext_nano': dict(depths=(2, 2, 8, 2), dims=(80, 160, 320, 640), **_SMALL),
-    'mrconvnext_t': dict(depths=(3, 3, 9, 3), dims=(96, 192, 384, 768)),
-    'mrconvnext_s': dict(depths=(3, 3, 27, 3), dims=(96, 192, 384, 768)),
-    'mrconvnext_b': dict(depths=(3, 3, 27, 3), dims=(128, 256, 512, 1024)),
-}
-
 
 @register_model
 def mrconvnext_atto(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_atto', pretrained, **dict(ARCHS['mrconvnext_atto'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_atto', pretrained, **dict(CONVNEXT_ARCHS['atto'], **kwargs))
 
 
 @register_model
 def mrconvnext_femto(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_femto', pretrained, **dict(ARCHS['mrconvnext_femto'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_femto', pretrained, **dict(CONVNEXT_ARCHS['femto'], **kwargs))
 
 
 @register_model
 def mrconvnext_pico(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_pico', pretrained, **dict(ARCHS['mrconvnext_pico'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_pico', pretrained, **dict(CONVNEXT_ARCHS['pico'], **kwargs))
 
 
 @register_model
 def mrconvnext_nano(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_nano', pretrained, **dict(ARCHS['mrconvnext_nano'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_nano', pretrained, **dict(CONVNEXT_ARCHS['nano'], **kwargs))
 
 
 @register_model
 def mrconvnext_t(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_t', pretrained, **dict(ARCHS['mrconvnext_t'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_t', pretrained, **dict(CONVNEXT_ARCHS['t'], **kwargs))
 
 
 @register_model
 def mrconvnext_s(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_s', pretrained, **dict(ARCHS['mrconvnext_s'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_s', pretrained, **dict(CONVNEXT_ARCHS['s'], **kwargs))
 
 
 @register_model
 def mrconvnext_b(pretrained: bool = False, **kwargs) -> MRConvNeXt:
-    return _create(MRConvNeXt, 'mrconvnext_b', pretrained, **dict(ARCHS['mrconvnext_b'], **kwargs))
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_b', pretrained, **dict(CONVNEXT_ARCHS['b'], **kwargs))
