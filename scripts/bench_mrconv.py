@@ -102,9 +102,9 @@ def bench_fft_sizes(args) -> list[dict]:
 
 def bench_crossover(args) -> list[dict]:
     rows = []
-    for C, L in [(96, 3136), (768, 49)]:
+    for C, L in [(96, 3136), (384, 196), (768, 49)]:
         x = torch.randn(args.batch, C, L)
-        for taps in (7, 15, 31, 63, 127, 255):
+        for taps in (7, 15, 31, 63, 97, 127, 255, 391):
             if taps > 2 * L - 1:
                 continue
             k = torch.randn(C, taps)
