@@ -8,7 +8,7 @@ dependencies = ['torch', 'timm', 'safetensors']
 
 import timm as _timm  # noqa: E402
 
-import mrconvnext as _mrconvnext  # noqa: E402,F401  (registers the models)
+import mrconvnext as _mrconvnext  # noqa: E402  (importing registers the models)
 
 
 def _entrypoint(name: str):
@@ -20,6 +20,6 @@ def _entrypoint(name: str):
     return create
 
 
-for _name in _timm.list_models(module='mrconvnext'):
+for _name in _mrconvnext.models.list_models():
     globals()[_name] = _entrypoint(_name)
 del _name

@@ -2,6 +2,7 @@
 
 from .kernel_params import DenseKernel, DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
 from .mrconv import COMBINE_MODES, KERNEL_TYPES, MRConv1d, MRConv2d, num_branches
+from .talk import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
 
 __all__ = [
     'MRConv1d',
@@ -14,4 +15,7 @@ __all__ = [
     'FourierKernel',
     'SparseKernel',
     'FourierSparseKernel',
+    'TaLKConv1d',
+    'TaLKConv2d',
+    'TaLKConvFlat2d',
 ]

@@ -2,5 +2,25 @@
 
 from ._mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
 from .mrconvnext import MRConvNeXt, mrconv_kernel_size
+from .talkconvnext import TaLKConvNeXt, TaLKConvNeXt2d
 
-__all__ = ['MixerConvNeXt', 'MRConvNeXt', 'load_convnext_weights', 'stage_feature_sizes', 'mrconv_kernel_size']
+MODEL_MODULES = ('mrconvnext', 'talkconvnext')
+
+
+def list_models() -> list[str]:
+    """Names of every model this package registers with timm."""
+    import timm
+
+    return sorted(name for module in MODEL_MODULES for name in timm.list_models(module=module))
+
+
+__all__ = [
+    'list_models',
+    'MixerConvNeXt',
+    'MRConvNeXt',
+    'TaLKConvNeXt',
+    'TaLKConvNeXt2d',
+    'load_convnext_weights',
+    'stage_feature_sizes',
+    'mrconv_kernel_size',
+]

@@ -1,5 +1,30 @@
 """Functional operators: no parameters, no knowledge of models."""
 
+from ._native import build_talk_cpu, build_talk_cuda
 from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_size, long_conv1d
+from .talk import (
+    TALK_BACKENDS,
+    talk1d,
+    talk1d_reference,
+    talk2d,
+    talk2d_reference,
+    talk_backend,
+    talk_offsets_dropout,
+)
 
-__all__ = ['long_conv1d', 'fft_size', 'choose_backend', 'crop_kernel', 'circular_kernel']
+__all__ = [
+    'long_conv1d',
+    'fft_size',
+    'choose_backend',
+    'crop_kernel',
+    'circular_kernel',
+    'TALK_BACKENDS',
+    'talk1d',
+    'talk1d_reference',
+    'talk2d',
+    'talk2d_reference',
+    'talk_backend',
+    'talk_offsets_dropout',
+    'build_talk_cpu',
+    'build_talk_cuda',
+]

@@ -16,7 +16,6 @@ cached here, outside any ``nn.Module``, so they never enter a ``state_dict``.
 from __future__ import annotations
 
 import importlib
-import warnings
 
 import torch
 
@@ -97,12 +96,3 @@ def conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor
     if kernel.dim() == 2:
         return conv(u, k.contiguous())
     return torch.stack([conv(u, k_i.contiguous()) for k_i in k.unbind(0)], dim=1)
-
-
-_warned: set[str] = set()
-
-
-def warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, stacklevel=3)

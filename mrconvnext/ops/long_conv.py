@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from . import flashfft
+from ._warnings import warn_once
 
 __all__ = ['long_conv1d', 'fft_size', 'choose_backend', 'crop_kernel', 'circular_kernel']
 
@@ -179,9 +180,10 @@ def long_conv1d(
     if backend == 'auto':
         backend = choose_backend(x, kernel.shape[-1], zero_lag)
     elif backend == 'flashfft' and not flashfft.supports(x, kernel.shape[-1], zero_lag):
-        flashfft.warn_once(
+        warn_once(
+            'flashfft-fallback',
             'flashfftconv cannot run this convolution (package missing, not a fp16/bf16 CUDA input, '
-            'or an unsupported size); falling back to the torch.fft backend'
+            'or an unsupported size); falling back to the torch.fft backend',
         )
         backend = 'fft'
     out_dtype = x.dtype

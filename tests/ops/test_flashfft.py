@@ -78,7 +78,7 @@ def test_unsupported_sizes_and_dtypes_fall_back(stand_in):
     assert not flashfft.supports(torch.randn(1, 2, 302).bfloat16(), 3, 1)  # n = 512 needs L % 4 == 0
     x = torch.randn(1, 2, 49).bfloat16()
     k = torch.randn(2, 97) / 10
-    with pytest.warns(UserWarning, match='falling back'):
+    with pytest.warns(RuntimeWarning, match='falling back'):
         y = long_conv1d(x, k, zero_lag=48, backend='flashfft')
     assert _ContractFlashFFTConv.calls == 0
     ref = shifted_sum_conv(x.double(), k.double(), 48)

@@ -1,0 +1,201 @@
+"""TaLK (time-aware large kernel) convolution modules for ``(B, C, L)`` and ``(B, C, H, W)``.
+
+Each module owns ``offset_proj = nn.Linear(dim, 2 * num_heads)`` (``4 * num_heads`` for the 2-D box
+variant) applied at every position, then ``sigmoid`` gives relative offsets in [0, 1], then offsets dropout
+(training only, zeroing without rescaling), then the functional op of :mod:`mrconvnext.ops.talk`.
+Offset features ``h * 2 + side`` (``h * 4 + side`` in 2-D) of the linear output belong to head ``h`` and side
+``(left, right)`` / ``(left, right, top, bottom)``.
+
+The offset projection runs in float32 at least (autocast disabled) because the absolute positions
+``i -/+ offset * max`` need more precision than float16/bfloat16 give for large maxima.
+
+Maximum offsets left as ``None`` default to half the extent of the nominal size (``seq_len // 2``,
+``W // 2`` / ``H // 2``, ``H * W // 2`` for the flattened variant); e.g. a 7x7 map gets a box of at most
+7x7, like ConvNeXt's depthwise conv. ``seq_len`` / ``input_size`` only set these defaults: any input size
+works at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
+
+__all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
+
+
+def _positive_int(cls: str, name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f'{cls}: {name} must be an int, got {type(value).__name__}')
+    if value < 1:
+        raise ValueError(f'{cls}: {name} must be >= 1, got {value}')
+    return value
+
+
+def _resolve_max(cls: str, name: str, value: int | None, extent: int | None) -> int:
+    if value is None:
+        if extent is None:
+            raise ValueError(f'{cls}: {name}=None needs the nominal size (seq_len / input_size) for its default')
+        return extent // 2
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f'{cls}: {name} must be an int >= 0, got {type(value).__name__}')
+    if value < 0:
+        raise ValueError(f'{cls}: {name} must be >= 0, got {value}')
+    return value
+
+
+def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, backend: str) -> None:
+    _positive_int(cls, 'dim', dim)
+    _positive_int(cls, 'num_heads', num_heads)
+    if dim % num_heads != 0:
+        raise ValueError(f'{cls}: num_heads ({num_heads}) must divide dim ({dim})')
+    if not 0.0 <= offsets_dropout <= 1.0:
+        raise ValueError(f'{cls}: offsets_dropout must be in [0, 1], got {offsets_dropout}')
+    if backend not in TALK_BACKENDS:
+        raise ValueError(f'{cls}: backend must be one of {TALK_BACKENDS}, got {backend!r}')
+
+
+def _predict_offsets(proj: nn.Linear, feats: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(proj(feats))`` in float32 or wider, outside autocast. ``(..., C) -> (..., out)``."""
+    dtype = torch.promote_types(feats.dtype, torch.float32)
+    device_type = feats.device.type
+    no_autocast = device_type in ('cpu', 'cuda')
+    with torch.autocast(device_type, enabled=False) if no_autocast else contextlib.nullcontext():
+        bias = None if proj.bias is None else proj.bias.to(dtype)
+        logits = F.linear(feats.to(dtype), proj.weight.to(dtype), bias)
+    return torch.sigmoid(logits)
+
+
+def _check_input(cls: str, x: torch.Tensor, ndim: int, layout: str, dim: int) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != ndim:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'{cls}: expected input {layout}, got {got}')
+    if x.shape[1] != dim:
+        raise ValueError(f'{cls}: expected {dim} channels, got {x.shape[1]} (input shape {tuple(x.shape)})')
+
+
+class TaLKConv1d(nn.Module):
+    """TaLK convolution over ``(B, C, L) -> (B, C, L)`` (paper Sec. 3; causal = decoder, ``max_right = 0``)."""
+
+    def __init__(
+        self,
+        dim: int,
+        seq_len: int | None = None,
+        num_heads: int = 1,
+        max_left: int | None = None,
+        max_right: int | None = None,
+        causal: bool = False,
+        offsets_dropout: float = 0.0,
+        backend: str = 'auto',
+    ) -> None:
+        super().__init__()
+        cls = type(self).__name__
+        _check_common(cls, dim, num_heads, offsets_dropout, backend)
+        if seq_len is not None:
+            _positive_int(cls, 'seq_len', seq_len)
+        if causal:
+            if max_right not in (None, 0):
+                raise ValueError(f'{cls}: causal=True needs max_right=0 (or None), got {max_right}')
+            max_right = 0
+        self.dim, self.seq_len, self.num_heads, self.causal = dim, seq_len, num_heads, causal
+        self.max_left = _resolve_max(cls, 'max_left', max_left, seq_len)
+        self.max_right = _resolve_max(cls, 'max_right', max_right, seq_len)
+        self.offsets_dropout = float(offsets_dropout)
+        self.backend = backend
+        self.offset_proj = nn.Linear(dim, 2 * num_heads)
+
+    def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
+        """Relative offsets ``(B, num_heads, L, 2)`` [left, right] in [0, 1] for input ``(B, C, L)``."""
+        B, _, L = x.shape
+        off = _predict_offsets(self.offset_proj, x.transpose(1, 2))  # (B, L, 2H)
+        off = off.view(B, L, self.num_heads, 2).permute(0, 2, 1, 3)
+        return talk_offsets_dropout(off, self.offsets_dropout, self.training)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, L) -> (B, C, L)``."""
+        _check_input(type(self).__name__, x, 3, '(B, C, L)', self.dim)
+        return talk1d(x, self.compute_offsets(x), self.max_left, self.max_right, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return (
+            f'dim={self.dim}, num_heads={self.num_heads}, max_left={self.max_left}, max_right={self.max_right}, '
+            f'causal={self.causal}, offsets_dropout={self.offsets_dropout}, backend={self.backend!r}'
+        )
+
+
+class TaLKConvFlat2d(TaLKConv1d):
+    """TaLK 1-D over the row-major flattened map: ``(B, C, H, W) -> (B, C, H, W)``.
+
+    Windows run along the flattened sequence and wrap across image rows (unlike :class:`TaLKConv2d`).
+    Options as :class:`TaLKConv1d` with ``seq_len = H * W``.
+    """
+
+    def __init__(self, dim: int, input_size: tuple[int, int], **options) -> None:
+        H, W = input_size
+        super().__init__(dim, H * W, **options)
+        self.input_size = (H, W)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W) -> (B, C, H, W)``."""
+        _check_input(type(self).__name__, x, 4, '(B, C, H, W)', self.dim)
+        B, C, H, W = x.shape
+        return super().forward(x.reshape(B, C, H * W)).view(B, C, H, W)
+
+
+class TaLKConv2d(nn.Module):
+    """2-D box TaLK convolution: ``(B, C, H, W) -> (B, C, H, W)``; boxes respect image rows and columns.
+
+    The box of pixel (i, j) spans rows ``[i - o_t * max_top, i + o_b * max_bottom]`` and columns
+    ``[j - o_l * max_left, j + o_r * max_right]`` (clamped), normalized by the maximum box area.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        input_size: tuple[int, int],
+        num_heads: int = 1,
+        max_left: int | None = None,
+        max_right: int | None = None,
+        max_top: int | None = None,
+        max_bottom: int | None = None,
+        offsets_dropout: float = 0.0,
+        backend: str = 'auto',
+    ) -> None:
+        super().__init__()
+        cls = type(self).__name__
+        _check_common(cls, dim, num_heads, offsets_dropout, backend)
+        H, W = input_size
+        _positive_int(cls, 'input_size[0]', H)
+        _positive_int(cls, 'input_size[1]', W)
+        self.dim, self.input_size, self.num_heads = dim, (H, W), num_heads
+        self.max_left = _resolve_max(cls, 'max_left', max_left, W)
+        self.max_right = _resolve_max(cls, 'max_right', max_right, W)
+        self.max_top = _resolve_max(cls, 'max_top', max_top, H)
+        self.max_bottom = _resolve_max(cls, 'max_bottom', max_bottom, H)
+        self.offsets_dropout = float(offsets_dropout)
+        self.backend = backend
+        self.offset_proj = nn.Linear(dim, 4 * num_heads)
+
+    def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
+        """Relative offsets ``(B, num_heads, H, W, 4)`` [left, right, top, bottom] for input ``(B, C, H, W)``."""
+        B, _, H, W = x.shape
+        off = _predict_offsets(self.offset_proj, x.permute(0, 2, 3, 1))  # (B, H, W, 4 * heads)
+        off = off.view(B, H, W, self.num_heads, 4).permute(0, 3, 1, 2, 4)
+        return talk_offsets_dropout(off, self.offsets_dropout, self.training)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, C, H, W) -> (B, C, H, W)``."""
+        _check_input(type(self).__name__, x, 4, '(B, C, H, W)', self.dim)
+        off = self.compute_offsets(x)
+        return talk2d(x, off, self.max_left, self.max_right, self.max_top, self.max_bottom, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return (
+            f'dim={self.dim}, input_size={self.input_size}, num_heads={self.num_heads}, '
+            f'max_left={self.max_left}, max_right={self.max_right}, max_top={self.max_top}, '
+            f'max_bottom={self.max_bottom}, offsets_dropout={self.offsets_dropout}, backend={self.backend!r}'
+        )

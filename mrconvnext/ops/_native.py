@@ -1,0 +1,229 @@
+"""Loader for the native TaLK kernels (``kernels/talk``), JIT-compiled with ``torch.utils.cpp_extension.load``.
+
+Two separate extensions, so the CPU one works where nvcc is absent:
+
+* ``mrconvnext_talk_cpu``  (``talk_cpu.cpp``), built on first use;
+* ``mrconvnext_talk_cuda`` (``talk_cuda.cu`` + ``talk_cuda_bind.cpp``), built on first use only when
+  ``torch.cuda.is_available()``, or explicitly with :func:`build_talk_cuda`.
+
+Builds are cached under ``$MRCONVNEXT_EXT_DIR`` (default ``~/.cache/mrconvnext``), in a subdirectory per
+Python/torch/CUDA version. A failed automatic build warns once and returns ``None``; callers then fall back to
+the PyTorch implementation (never to zeros). ``MRCONVNEXT_DISABLE_NATIVE=1`` skips native kernels entirely.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ._warnings import warn_once
+
+
+def _kernel_dir() -> Path:
+    # $MRCONVNEXT_KERNEL_DIR, else the sources shipped in the wheel, else a checkout's top-level kernels/
+    if os.environ.get('MRCONVNEXT_KERNEL_DIR'):
+        return Path(os.environ['MRCONVNEXT_KERNEL_DIR'])
+    installed = Path(__file__).resolve().parents[1] / '_kernels'
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / 'kernels'
+
+
+KERNEL_DIR = _kernel_dir()
+TALK_DIR = KERNEL_DIR / 'talk'
+# CUDA archs compiled when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset (A100, H100 + PTX for newer).
+DEFAULT_CUDA_ARCHS = '8.0;9.0+PTX'
+
+_lock = threading.RLock()
+_modules: dict[str, ModuleType | None] = {}
+_errors: dict[str, str] = {}
+build_seconds: dict[str, float] = {}  # wall time of the builds (or cache loads) done in this process
+
+
+def native_disabled() -> bool:
+    return os.environ.get('MRCONVNEXT_DISABLE_NATIVE', '') not in ('', '0')
+
+
+def build_root() -> Path:
+    """Build cache directory for this Python / torch / CUDA combination."""
+    root = Path(os.environ.get('MRCONVNEXT_EXT_DIR') or Path.home() / '.cache' / 'mrconvnext')
+    tag = f'py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-cu{torch.version.cuda}'
+    return root / tag.replace('+', '_')
+
+
+def cxx_compiler() -> str | None:
+    """Path of the host C++ compiler torch would use, or None."""
+    return shutil.which(os.environ.get('CXX', 'c++'))
+
+
+def cuda_home() -> str | None:
+    """CUDA toolkit root; sets ``CUDA_HOME=/usr/local/cuda`` when unset and nvcc is there.
+
+    torch guesses the root from ``which nvcc``, which gives ``/usr/local`` for a ``/usr/local/bin/nvcc``
+    wrapper and then fails to link ``-lcudart``; its guess is also frozen at import time, so we patch it.
+    """
+    home = os.environ.get('CUDA_HOME') or os.environ.get('CUDA_PATH')
+    if not home and Path('/usr/local/cuda/bin/nvcc').exists():
+        home = '/usr/local/cuda'
+        os.environ['CUDA_HOME'] = home
+    if not home:
+        nvcc = shutil.which('nvcc')
+        if nvcc is not None:
+            candidate = Path(nvcc).resolve().parents[1]
+            if (candidate / 'include' / 'cuda_runtime.h').exists():
+                home = str(candidate)
+    if home:
+        from torch.utils import cpp_extension
+
+        current = cpp_extension.CUDA_HOME
+        if current is None or not (Path(current) / 'include' / 'cuda_runtime.h').exists():
+            cpp_extension.CUDA_HOME = home
+    return home
+
+
+def nvcc_path() -> str | None:
+    """nvcc of :func:`cuda_home`, or None when no CUDA toolkit is installed."""
+    home = cuda_home()
+    if home and (Path(home) / 'bin' / 'nvcc').exists():
+        return str(Path(home) / 'bin' / 'nvcc')
+    return None
+
+
+def _ensure_ninja() -> None:
+    # cpp_extension.load runs `ninja` from PATH; a venv used without activation has it only in its bin dir.
+    if shutil.which('ninja'):
+        return
+    candidates = [Path(sys.executable).parent]
+    try:
+        import ninja  # type: ignore[import-not-found]
+
+        candidates.append(Path(ninja.BIN_DIR))
+    except Exception:
+        pass
+    for d in candidates:
+        if (d / 'ninja').exists():
+            os.environ['PATH'] = f'{d}{os.pathsep}{os.environ.get("PATH", "")}'
+            return
+
+
+def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_list: str | None) -> ModuleType:
+    _ensure_ninja()
+    cuda_home()  # before cpp_extension is first imported: it resolves CUDA_HOME at import time
+    from torch.utils.cpp_extension import load
+
+    missing = [str(s) for s in sources if not s.exists()]
+    if missing:
+        raise FileNotFoundError(f'TaLK kernel sources not found: {missing} (set MRCONVNEXT_KERNEL_DIR)')
+    build_dir = build_root() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cflags = ['-O3']
+    ldflags: list[str] = []
+    cuda_cflags: list[str] = []
+    if cuda:
+        cuda_cflags = ['-O3', '-lineinfo']
+        archs = arch_list or os.environ.get('TORCH_CUDA_ARCH_LIST')
+        if not archs and torch.cuda.device_count() == 0:
+            archs = DEFAULT_CUDA_ARCHS  # torch derives archs from visible GPUs and fails without one
+        if archs:
+            for arch in archs.replace(' ', ';').split(';'):
+                num = arch.replace('+PTX', '').replace('.', '')
+                cuda_cflags.append(f'-gencode=arch=compute_{num},code=sm_{num}')
+                if arch.endswith('+PTX'):
+                    cuda_cflags.append(f'-gencode=arch=compute_{num},code=compute_{num}')
+    else:
+        # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime
+        # resolves to the libgomp torch already loaded (same soname).
+        cflags.append('-fopenmp')
+        ldflags.append('-fopenmp')
+    start = time.perf_counter()
+    module = load(
+        name=name,
+        sources=[str(s) for s in sources],
+        extra_cflags=cflags,
+        extra_cuda_cflags=cuda_cflags or None,
+        extra_ldflags=ldflags or None,
+        extra_include_paths=[str(TALK_DIR)],
+        build_directory=str(build_dir),
+        with_cuda=cuda,
+        verbose=verbose,
+    )
+    build_seconds[name] = time.perf_counter() - start
+    return module
+
+
+CPU_NAME = 'mrconvnext_talk_cpu'
+CUDA_NAME = 'mrconvnext_talk_cuda'
+
+
+def build_talk_cpu(verbose: bool = False) -> ModuleType:
+    """Build (or load from cache) the CPU extension; raises on failure."""
+    with _lock:
+        module = _build(CPU_NAME, [TALK_DIR / 'talk_cpu.cpp'], cuda=False, verbose=verbose, arch_list=None)
+        _modules[CPU_NAME] = module
+        return module
+
+
+def build_talk_cuda(verbose: bool = False, arch_list: str | None = None) -> ModuleType:
+    """Build (or load from cache) the CUDA extension even without a GPU; raises on failure.
+
+    ``arch_list`` like ``TORCH_CUDA_ARCH_LIST`` ("8.0;9.0+PTX"); default: that variable, else the visible
+    GPUs' archs, else :data:`DEFAULT_CUDA_ARCHS`.
+    """
+    with _lock:
+        if nvcc_path() is None:
+            raise RuntimeError('nvcc not found (set CUDA_HOME to a CUDA toolkit)')
+        sources = [TALK_DIR / 'talk_cuda.cu', TALK_DIR / 'talk_cuda_bind.cpp']
+        module = _build(CUDA_NAME, sources, cuda=True, verbose=verbose, arch_list=arch_list)
+        _modules[CUDA_NAME] = module
+        return module
+
+
+def _load_cached(name: str, builder) -> ModuleType | None:
+    with _lock:
+        if name in _modules:
+            return _modules[name]
+        try:
+            module = builder()
+        except Exception as exc:  # noqa: BLE001 - any build/import failure means "use the fallback"
+            _errors[name] = f'{type(exc).__name__}: {exc}'
+            _modules[name] = None
+            warn_once(
+                name,
+                f'mrconvnext: building the native TaLK extension {name} failed; using the slower PyTorch '
+                f'implementation instead. Error: {_errors[name][:2000]}',
+            )
+            return None
+        return module
+
+
+def load_talk_cpu() -> ModuleType | None:
+    """The CPU extension, built on first call; None (after one warning) if it cannot be built."""
+    if native_disabled():
+        return None
+    return _load_cached(CPU_NAME, build_talk_cpu)
+
+
+def load_talk_cuda() -> ModuleType | None:
+    """The CUDA extension when CUDA is available, built on first call; None otherwise."""
+    if native_disabled() or not torch.cuda.is_available():
+        return None
+    return _load_cached(CUDA_NAME, build_talk_cuda)
+
+
+def talk_native(device: torch.device) -> ModuleType | None:
+    """Native TaLK kernels for tensors on ``device``, or None."""
+    if device.type == 'cpu':
+        return load_talk_cpu()
+    if device.type == 'cuda':
+        return load_talk_cuda()
+    return None
+
+
+def native_error(name: str) -> str | None:
+    """Why the automatic build of extension ``name`` failed, if it did."""
+    return _errors.get(name)

@@ -1,0 +1,135 @@
+"""Tests for the TaLK modules (mrconvnext.layers.talk): shapes, gradients, conventions, dropout, options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrconvnext.layers.talk import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
+from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
+
+
+def _backward_ok(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = x.detach().requires_grad_()
+    y = module(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    (y * torch.randn_like(y)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    for name, p in module.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+    return y
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_talk1d_module(causal):
+    m = TaLKConv1d(8, seq_len=20, num_heads=2, max_left=6, max_right=None, causal=causal)
+    assert m.offset_proj.out_features == 4
+    assert (m.max_left, m.max_right) == (6, 0 if causal else 10)
+    x = torch.randn(3, 8, 20)
+    y = _backward_ok(m, x)
+    off = m.compute_offsets(x)
+    assert off.shape == (3, 2, 20, 2) and off.min() >= 0 and off.max() <= 1
+    torch.testing.assert_close(y, talk1d_reference(x, off, m.max_left, m.max_right), rtol=1e-5, atol=1e-6)
+    # Any length works at run time; seq_len only sets defaults.
+    assert m(torch.randn(1, 8, 7)).shape == (1, 8, 7)
+
+
+def test_talk1d_module_is_causal():
+    m = TaLKConv1d(4, num_heads=1, max_left=5, causal=True)
+    x = torch.randn(1, 4, 16)
+    x2 = x.clone()
+    x2[..., 10:] += torch.randn(1, 4, 6)
+    torch.testing.assert_close(m(x)[..., :10], m(x2)[..., :10])
+
+
+def test_talk2d_modules_shapes_and_backward():
+    x = torch.randn(2, 8, 7, 9)
+    box = TaLKConv2d(8, (7, 9), num_heads=4)
+    assert (box.max_left, box.max_right, box.max_top, box.max_bottom) == (4, 4, 3, 3)
+    assert box.offset_proj.out_features == 16
+    y = _backward_ok(box, x)
+    off = box.compute_offsets(x)
+    assert off.shape == (2, 4, 7, 9, 4)
+    torch.testing.assert_close(y, talk2d_reference(x, off, 4, 4, 3, 3), rtol=1e-5, atol=1e-6)
+
+    flat = TaLKConvFlat2d(8, (7, 9), num_heads=2, max_left=12, max_right=5)
+    assert flat.offset_proj.out_features == 4
+    y = _backward_ok(flat, x)
+    off = flat.compute_offsets(x.flatten(2))
+    expected = talk1d_reference(x.flatten(2), off, 12, 5).view_as(x)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6)
+    # Flattened windows cross image rows, boxes do not: the two variants are genuinely different ops.
+    assert not torch.allclose(flat(x), box(x))
+
+
+@pytest.mark.parametrize('cls', [TaLKConv2d, TaLKConvFlat2d])
+def test_2d_constructor_contract(cls):
+    """Drop-in for ConvNeXt's depthwise conv: ``cls(dim, input_size, **options)``, (B,C,H,W) -> same."""
+    m = cls(16, (14, 14))
+    x = torch.randn(2, 16, 14, 14)
+    assert m(x).shape == x.shape
+    m2 = cls(16, input_size=(14, 14), num_heads=4, offsets_dropout=0.1, backend='torch')
+    assert m2(x).shape == x.shape
+    assert m2(torch.randn(1, 16, 10, 12)).shape == (1, 16, 10, 12)  # other sizes run too
+
+
+@pytest.mark.parametrize('backend', ['torch', 'native', 'reference'])
+def test_module_backends_agree(backend):
+    torch.manual_seed(0)
+    m = TaLKConv2d(8, (6, 5), num_heads=2, backend=backend)
+    ref = TaLKConv2d(8, (6, 5), num_heads=2, backend='reference')
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(2, 8, 6, 5, dtype=torch.float64)
+    m.double()
+    ref.double()
+    torch.testing.assert_close(m(x), ref(x))
+
+
+def test_offsets_dropout_in_module():
+    m = TaLKConv1d(4, seq_len=64, num_heads=2, offsets_dropout=0.5)
+    x = torch.randn(2, 4, 64)
+    m.eval()
+    y_eval = m(x)
+    torch.testing.assert_close(m(x), y_eval)  # inactive in eval: deterministic
+    with torch.no_grad():
+        assert not (m.compute_offsets(x) == 0).any()
+    m.train()
+    off = m.compute_offsets(x)
+    frac = (off == 0).float().mean().item()
+    assert 0.35 < frac < 0.65 and off.min() >= 0 and off.max() <= 1
+    assert not torch.allclose(m(x), y_eval)
+
+
+def test_half_input_uses_float32_offsets():
+    m = TaLKConv1d(4, seq_len=4096, num_heads=2, backend='torch')
+    x = torch.randn(1, 4, 4096).to(torch.bfloat16)
+    off = m.compute_offsets(x)
+    assert off.dtype == torch.float32
+    y = m(x)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    with torch.autocast('cpu', dtype=torch.bfloat16):  # the offset projection opts out of autocast
+        assert m.compute_offsets(x.float()).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    'kwargs,exc,match',
+    [
+        (dict(dim=6, num_heads=4, max_left=2, max_right=2), ValueError, r'num_heads \(4\) must divide dim \(6\)'),
+        (dict(dim=4, num_heads=1), ValueError, r'max_left=None needs the nominal size'),
+        (dict(dim=4, seq_len=8, max_left=-1), ValueError, r'max_left must be >= 0, got -1'),
+        (dict(dim=4, seq_len=8, causal=True, max_right=3), ValueError, r'causal=True needs max_right=0'),
+        (dict(dim=4, seq_len=8, offsets_dropout=1.5), ValueError, r'offsets_dropout must be in \[0, 1\]'),
+        (dict(dim=4, seq_len=8, backend='cuda'), ValueError, r'backend must be one of'),
+        (dict(dim=4.0, seq_len=8), TypeError, r'dim must be an int'),
+    ],
+)
+def test_bad_options(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        TaLKConv1d(**kwargs)
+
+
+def test_bad_input_shape():
+    with pytest.raises(ValueError, match=r'expected input \(B, C, H, W\), got \(2, 8, 5\)'):
+        TaLKConv2d(8, (5, 5))(torch.randn(2, 8, 5))
+    with pytest.raises(ValueError, match=r'expected 8 channels, got 6'):
+        TaLKConv1d(8, seq_len=5)(torch.randn(2, 6, 5))

@@ -1,0 +1,425 @@
+"""Tests for mrconvnext.ops.talk (TaLK 1-D / 2-D box summation convolutions) and its native kernels.
+
+Independent references here are plain Python loops in float64 (fractional window overlaps, and the paper's
+Eq. 5 literally); the PyTorch reference ``talk*_reference`` is then the specification for the fused op and the
+native kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from mrconvnext.ops import _native, _warnings
+from mrconvnext.ops.talk import (
+    talk1d,
+    talk1d_reference,
+    talk2d,
+    talk2d_reference,
+    talk_backend,
+    talk_offsets_dropout,
+)
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def overlap(lo: float, hi: float, j: int) -> float:
+    """Length of [lo, hi] ∩ [j, j + 1]: the weight of cell j in a window with real edges."""
+    return max(0.0, min(hi, j + 1) - max(lo, j))
+
+
+def naive_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
+    """O(L * K) loops: y_i = sum_j |[a_l, a_r + 1] ∩ [j, j + 1]| x_j / (ml + mr + 1), edges clamped."""
+    B, C, L = x.shape
+    H = off.shape[1]
+    R = C // H
+    y = torch.zeros_like(x)
+    for b in range(B):
+        for h in range(H):
+            for i in range(L):
+                lo = min(max(i - off[b, h, i, 0].item() * ml, 0.0), L - 1)
+                hi = min(max(i + off[b, h, i, 1].item() * mr, 0.0), L - 1) + 1
+                for j in range(math.floor(lo), min(L, math.ceil(hi))):
+                    y[b, h * R : (h + 1) * R, i] += overlap(lo, hi, j) * x[b, h * R : (h + 1) * R, j]
+    return y / (ml + mr + 1)
+
+
+def paper_eq5_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
+    """Eq. 2-5 and 8 literally: S_0 = 0, S_t = S_{t-1} + x_t (1-based), floor/ceil interpolation."""
+    B, C, L = x.shape
+    H = off.shape[1]
+    R = C // H
+    y = torch.zeros_like(x)
+    for b in range(B):
+        for c in range(C):
+            S = [0.0]
+            for t in range(L):
+                S.append(S[-1] + x[b, c, t].item())  # S[t] in 1-based token indexing
+            for i in range(L):  # 0-based i is token i + 1
+                h = c // R
+                al = min(max(i + 1 - off[b, h, i, 0].item() * ml, 1.0), L)
+                ar = min(max(i + 1 + off[b, h, i, 1].item() * mr, 1.0), L)
+                gl = math.ceil(al) - al
+                gr = ar - math.floor(ar)
+                s_left = gl * S[math.floor(al) - 1] + (1 - gl) * S[math.ceil(al) - 1]
+                s_right = (1 - gr) * S[math.floor(ar)] + gr * S[math.ceil(ar)]
+                y[b, c, i] = (s_right - s_left) / (ml + mr + 1)
+    return y
+
+
+def naive_talk2d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int, mt: int, mb: int) -> torch.Tensor:
+    """Loops over each box: weight of pixel (r, s) = row overlap * column overlap, normalized by max area."""
+    B, C, Hh, Ww = x.shape
+    H = off.shape[1]
+    R = C // H
+    y = torch.zeros_like(x)
+    for b in range(B):
+        for h in range(H):
+            for i in range(Hh):
+                for j in range(Ww):
+                    o = off[b, h, i, j].tolist()
+                    c_lo = min(max(j - o[0] * ml, 0.0), Ww - 1)
+                    c_hi = min(max(j + o[1] * mr, 0.0), Ww - 1) + 1
+                    r_lo = min(max(i - o[2] * mt, 0.0), Hh - 1)
+                    r_hi = min(max(i + o[3] * mb, 0.0), Hh - 1) + 1
+                    acc = torch.zeros(R, dtype=x.dtype)
+                    for r in range(math.floor(r_lo), min(Hh, math.ceil(r_hi))):
+                        for s in range(math.floor(c_lo), min(Ww, math.ceil(c_hi))):
+                            w = overlap(r_lo, r_hi, r) * overlap(c_lo, c_hi, s)
+                            acc += w * x[b, h * R : (h + 1) * R, r, s]
+                    y[b, h * R : (h + 1) * R, i, j] = acc
+    return y / ((ml + mr + 1) * (mt + mb + 1))
+
+
+def offsets_off_grid(shape: tuple[int, ...], maxes: list[int], dtype=torch.float64) -> torch.Tensor:
+    """Random relative offsets whose absolute boundaries i -/+ o * m sit >= 0.2 away from integers.
+
+    maxes[s] is the maximum of side s (last dim); sides with max 0 get arbitrary offsets.
+    """
+    out = torch.empty(shape, dtype=dtype)
+    for s, m in enumerate(maxes):
+        if m == 0:
+            out[..., s] = torch.rand(shape[:-1], dtype=dtype)
+        else:
+            whole = torch.randint(0, m, shape[:-1]).to(dtype)
+            frac = 0.2 + 0.6 * torch.rand(shape[:-1], dtype=dtype)
+            out[..., s] = (whole + frac) / m
+    return out
+
+
+def random_offsets(shape: tuple[int, ...], maxes: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """Uniform offsets in float64; in float32 kept off the grid, where float32 rounding of the reference's
+    positions could pick the other one-sided derivative at a kink."""
+    return torch.rand(shape, dtype=dtype) if dtype == torch.float64 else offsets_off_grid(shape, maxes, dtype)
+
+
+def have_native_cpu() -> bool:
+    return _native.cxx_compiler() is not None
+
+
+IMPLS = ['torch', pytest.param('native', marks=pytest.mark.skipif(not have_native_cpu(), reason='no C++ compiler'))]
+
+
+def run_with_grads(fn, x, off, *args, backend):
+    x = x.detach().requires_grad_()
+    off = off.detach().requires_grad_()
+    y = fn(x, off, *args, backend=backend)
+    g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(123))
+    dx, doff = torch.autograd.grad(y, (x, off), g)
+    return y, dx, doff
+
+
+# ---------------------------------------------------------------------------------- native builds
+
+
+def test_cpu_extension_builds():
+    """The CPU extension must build wherever a C++ compiler exists (not skipped silently)."""
+    if not have_native_cpu():
+        pytest.skip('no C++ compiler (c++ / $CXX) on PATH')
+    module = _native.build_talk_cpu()
+    for fn in ('talk1d_forward', 'talk1d_backward', 'talk2d_forward', 'talk2d_backward'):
+        assert hasattr(module, fn)
+    assert talk_backend('cpu') == 'native'
+
+
+def test_cuda_extension_builds():
+    """Compile + link + import the CUDA extension (not run: may have no GPU). Skipped only without nvcc."""
+    if _native.nvcc_path() is None:
+        pytest.skip('nvcc not found (no CUDA toolkit; set CUDA_HOME)')
+    module = _native.build_talk_cuda()
+    for fn in ('talk1d_forward', 'talk1d_backward', 'talk2d_forward', 'talk2d_backward'):
+        assert hasattr(module, fn)
+    # The launchers refuse host tensors instead of launching a kernel on them.
+    x, off = torch.randn(1, 2, 5), torch.rand(1, 1, 5, 2)
+    with pytest.raises(RuntimeError, match='expected CUDA tensors'):
+        module.talk1d_forward(x, off, 2, 2)
+    with pytest.raises(RuntimeError, match='expected CUDA tensors'):
+        module.talk2d_forward(torch.randn(1, 2, 3, 4), torch.rand(1, 1, 3, 4, 4), 1, 1, 1, 1)
+
+
+# ------------------------------------------------------------------- reference vs independent loops
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_reference_matches_naive_1d(causal):
+    B, C, H, L, ml = 2, 4, 2, 16, 5
+    mr = 0 if causal else 4
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr])
+    expected = naive_talk1d(x, off, ml, mr)
+    torch.testing.assert_close(talk1d_reference(x, off, ml, mr), expected, rtol=1e-12, atol=1e-12)
+    if causal:  # nothing to the right of i contributes
+        x2 = x.clone()
+        x2[..., 9:] = torch.randn_like(x2[..., 9:])
+        torch.testing.assert_close(talk1d_reference(x2, off, ml, mr)[..., :9], expected[..., :9])
+
+
+def test_reference_matches_paper_eq5():
+    B, C, H, L, ml, mr = 1, 4, 2, 12, 4, 3
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr])
+    expected = paper_eq5_talk1d(x, off, ml, mr)
+    torch.testing.assert_close(talk1d_reference(x, off, ml, mr), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_reference_matches_naive_2d():
+    B, C, H, Hh, Ww = 1, 4, 2, 6, 7
+    maxes = (3, 2, 2, 3)  # left, right, top, bottom
+    x = torch.randn(B, C, Hh, Ww, dtype=torch.float64)
+    off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes))
+    expected = naive_talk2d(x, off, *maxes)
+    torch.testing.assert_close(talk2d_reference(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_zero_max_offsets_is_identity():
+    x = torch.randn(2, 6, 11, dtype=torch.float64)
+    off = torch.rand(2, 3, 11, 2, dtype=torch.float64)
+    for backend in ('reference', 'torch', 'native' if have_native_cpu() else 'torch'):
+        torch.testing.assert_close(talk1d(x, off, 0, 0, backend=backend), x)
+    x2 = torch.randn(1, 2, 4, 5, dtype=torch.float64)
+    off2 = torch.rand(1, 1, 4, 5, 4, dtype=torch.float64)
+    torch.testing.assert_close(talk2d(x2, off2, 0, 0, 0, 0), x2)
+
+
+# ------------------------------------------------------------------------- fused / native vs reference
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('case', ['bidirectional', 'causal', 'heads=channels', 'max>L'])
+def test_1d_matches_reference(impl, dtype, case):
+    B, C, H, L, ml, mr = 2, 6, 3, 19, 5, 4
+    if case == 'causal':
+        mr = 0
+    elif case == 'heads=channels':
+        H = C
+    elif case == 'max>L':
+        ml, mr = 30, 25
+    x = torch.randn(B, C, L, dtype=dtype)
+    off = random_offsets((B, H, L, 2), [ml, mr], dtype)
+    got = run_with_grads(talk1d, x, off, ml, mr, backend=impl)
+    ref = run_with_grads(talk1d, x, off, ml, mr, backend='reference')
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
+    for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1)])
+def test_2d_matches_reference(impl, dtype, size):
+    B, C, H = 2, 4, 2
+    Hh, Ww = size
+    maxes = (3, 2, 1, 4)
+    x = torch.randn(B, C, Hh, Ww, dtype=dtype)
+    off = random_offsets((B, H, Hh, Ww, 4), list(maxes), dtype)
+    got = run_with_grads(talk2d, x, off, *maxes, backend=impl)
+    ref = run_with_grads(talk2d, x, off, *maxes, backend='reference')
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
+    for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+def test_integer_boundaries_follow_reference_convention(impl):
+    """Offsets on the grid (incl. exactly 0 and 1): the one-sided derivative conventions agree."""
+    B, C, H, L, ml, mr = 1, 4, 2, 13, 4, 3
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = torch.stack([torch.randint(0, ml + 1, (B, H, L)) / ml, torch.randint(0, mr + 1, (B, H, L)) / mr], -1).double()
+    got = run_with_grads(talk1d, x, off, ml, mr, backend=impl)
+    ref = run_with_grads(talk1d, x, off, ml, mr, backend='reference')
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    # At offset 0 the gradient is that of opening the window: the neighbour's value.
+    zero = torch.zeros(1, 1, 5, 2, dtype=torch.float64, requires_grad=True)
+    xs = torch.arange(1.0, 6.0, dtype=torch.float64).view(1, 1, 5)
+    (doff,) = torch.autograd.grad(talk1d(xs, zero, 1, 1, backend=impl).sum(), zero)
+    torch.testing.assert_close(doff[0, 0, :, 0], torch.tensor([0.0, 1, 2, 3, 4], dtype=torch.float64) / 3)
+    torch.testing.assert_close(doff[0, 0, :, 1], torch.tensor([2.0, 3, 4, 5, 0], dtype=torch.float64) / 3)
+
+    off2 = torch.stack(
+        [torch.randint(0, 3, (1, 1, 4, 5)) / 2 for _ in range(4)], -1
+    ).double()  # 2-D, all corners on the grid
+    x2 = torch.randn(1, 2, 4, 5, dtype=torch.float64)
+    got = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, backend=impl)
+    ref = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, backend='reference')
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+def test_nan_offsets_propagate(impl):
+    x = torch.randn(1, 2, 6)
+    off = torch.rand(1, 1, 6, 2)
+    off[0, 0, 3, 0] = float('nan')
+    y = talk1d(x, off, 3, 3, backend=impl)
+    assert torch.isnan(y[..., 3]).all() and not torch.isnan(y[..., :3]).any()
+    off2 = torch.rand(1, 1, 3, 4, 4)
+    off2[0, 0, 1, 2, 1] = float('nan')
+    y2 = talk2d(torch.randn(1, 2, 3, 4), off2, 2, 2, 1, 1, backend=impl)
+    assert torch.isnan(y2[..., 1, 2]).all() and torch.isnan(y2).sum() == 2
+
+
+# ------------------------------------------------------------------------------------------ gradcheck
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('case', ['1d', '1d-causal', '2d'])
+def test_gradcheck(impl, case):
+    if case.startswith('1d'):
+        B, C, H, L, ml = 2, 4, 2, 9, 4
+        mr = 0 if case == '1d-causal' else 3
+        x = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
+        off = offsets_off_grid((B, H, L, 2), [ml, mr]).requires_grad_()
+        fn = lambda a, o: talk1d(a, o, ml, mr, backend=impl)
+    else:
+        B, C, H, Hh, Ww = 1, 4, 2, 4, 5
+        maxes = (2, 3, 2, 1)
+        x = torch.randn(B, C, Hh, Ww, dtype=torch.float64, requires_grad=True)
+        off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes)).requires_grad_()
+        fn = lambda a, o: talk2d(a, o, *maxes, backend=impl)
+    assert torch.autograd.gradcheck(fn, (x, off), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------- low precision, long sequence
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_precision_long_sequence(impl, dtype):
+    """L = 8192: positions and prefix table in float32, so the output is the float64 result rounded once.
+
+    x has a positive mean, so the prefix sum reaches ~8000 (hopeless in fp16/bf16) and positions beyond 2048
+    have no fractional part in fp16 (the prior-art defect).
+    """
+    B, C, H, L, ml, mr = 1, 4, 2, 8192, 60, 37
+    x = (torch.randn(B, C, L) + 1.0).to(dtype)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr], torch.float32)  # float32 positions pick the same cells
+    y = talk1d(x, off, ml, mr, backend=impl)
+    assert y.dtype == dtype
+    ref = talk1d_reference(x.double(), off.double(), ml, mr)
+    unit_roundoff = torch.finfo(dtype).eps / 2
+    err = (y.double() - ref).abs()
+    bound = unit_roundoff * ref.abs() + 2e-5  # one rounding to dtype + float32 accumulation error
+    assert (err <= bound).all(), f'max excess {(err - bound).max().item():.3g}'
+    # Gradients also go through float32: compare with the float64 reference.
+    xg, og = x.detach().requires_grad_(), off.detach().requires_grad_()
+    gy = torch.randn(B, C, L).to(dtype)
+    dx, doff = torch.autograd.grad(talk1d(xg, og, ml, mr, backend=impl), (xg, og), gy)
+    x64, o64 = x.double().requires_grad_(), off.double().requires_grad_()
+    dx_ref, doff_ref = torch.autograd.grad(talk1d_reference(x64, o64, ml, mr), (x64, o64), gy.double())
+    assert doff.dtype == torch.float32 and dx.dtype == dtype
+    torch.testing.assert_close(dx.double(), dx_ref, rtol=2 * unit_roundoff, atol=1e-4)
+    torch.testing.assert_close(doff.double(), doff_ref, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------ offsets dropout
+
+
+def test_offsets_dropout():
+    off = torch.rand(4, 2, 500, 2) * 0.98 + 0.01
+    assert talk_offsets_dropout(off, 0.3, training=False) is off
+    assert talk_offsets_dropout(off, 0.0, training=True) is off
+    dropped = talk_offsets_dropout(off, 0.3, training=True)
+    zeroed = dropped == 0
+    assert 0.25 < zeroed.float().mean().item() < 0.35
+    # No rescaling: kept offsets unchanged and everything stays in [0, 1].
+    torch.testing.assert_close(dropped[~zeroed], off[~zeroed], rtol=0, atol=0)
+    assert dropped.min() >= 0 and dropped.max() <= 1
+    assert (talk_offsets_dropout(off, 1.0) == 0).all()
+    with pytest.raises(ValueError, match=r'0 <= p <= 1'):
+        talk_offsets_dropout(off, 1.5)
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+
+X1, O1 = torch.randn(2, 4, 8), torch.rand(2, 2, 8, 2)
+X2, O2 = torch.randn(2, 4, 3, 5), torch.rand(2, 2, 3, 5, 4)
+
+BAD_1D = [
+    ((torch.randn(4, 8), O1, 2, 2), ValueError, r'3-D tensor \(B, C, L\), got shape \(4, 8\)'),
+    ((X1, torch.rand(2, 2, 8), 2, 2), ValueError, r'expected shape \(B, heads, L, 2\) = \(2, heads, 8, 2\)'),
+    ((X1, torch.rand(2, 2, 7, 2), 2, 2), ValueError, r'got \(2, 2, 7, 2\)'),
+    ((X1, torch.rand(3, 2, 8, 2), 2, 2), ValueError, r'expected shape'),
+    ((X1, torch.rand(2, 3, 8, 2), 2, 2), ValueError, r'heads \(3\) must divide the channels \(4\)'),
+    ((X1, O1, -1, 2), ValueError, r'max_left: expected an int >= 0, got -1'),
+    ((X1, O1, 2, -3), ValueError, r'max_right: expected an int >= 0, got -3'),
+    ((X1, O1, 2.5, 2), TypeError, r'max_left: expected an int >= 0, got float'),
+    ((X1.long(), O1, 2, 2), TypeError, r'x: expected a floating-point dtype, got torch.int64'),
+    ((X1, O1.int(), 2, 2), TypeError, r'offsets: expected a floating-point dtype, got torch.int32'),
+    ((X1.tolist(), O1, 2, 2), TypeError, r'x: expected a torch.Tensor, got list'),
+]
+
+
+@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference'])
+@pytest.mark.parametrize('args,exc,match', BAD_1D)
+def test_bad_inputs_1d(args, exc, match, backend):
+    with pytest.raises(exc, match=match):
+        talk1d(*args, backend=backend)
+
+
+BAD_2D = [
+    ((X1, O2, 1, 1, 1, 1), ValueError, r'4-D tensor \(B, C, H, W\), got shape \(2, 4, 8\)'),
+    ((X2, torch.rand(2, 2, 3, 5, 2), 1, 1, 1, 1), ValueError, r'\(B, heads, H, W, 4\) = \(2, heads, 3, 5, 4\)'),
+    ((X2, torch.rand(2, 3, 3, 5, 4), 1, 1, 1, 1), ValueError, r'heads \(3\) must divide'),
+    ((X2, O2, 1, 1, -1, 1), ValueError, r'max_top: expected an int >= 0, got -1'),
+    ((X2, O2, 1, 1, 1, True), TypeError, r'max_bottom: expected an int >= 0, got bool'),
+    ((X2.to(torch.int16), O2, 1, 1, 1, 1), TypeError, r'floating-point dtype, got torch.int16'),
+]
+
+
+@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference'])
+@pytest.mark.parametrize('args,exc,match', BAD_2D)
+def test_bad_inputs_2d(args, exc, match, backend):
+    with pytest.raises(exc, match=match):
+        talk2d(*args, backend=backend)
+
+
+def test_bad_backend():
+    with pytest.raises(ValueError, match='backend: expected one of'):
+        talk1d(X1, O1, 2, 2, backend='cuda')
+
+
+def test_native_backend_unavailable_raises_and_auto_falls_back(monkeypatch):
+    monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
+    monkeypatch.setattr(_warnings, '_warned', set())
+    with pytest.raises(RuntimeError, match='native TaLK kernels unavailable'):
+        talk1d(X1, O1, 2, 2, backend='native')
+    with pytest.warns(RuntimeWarning, match='using the PyTorch implementation'):
+        y = talk1d(X1, O1, 2, 2)
+    torch.testing.assert_close(y, talk1d_reference(X1, O1, 2, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        talk1d(X1, O1, 2, 2)  # warned once only
+
+
+def test_ninja_and_compiler_visible():
+    """Documented requirement of the JIT build: a C++ compiler; ninja is found from the venv if not on PATH."""
+    if not have_native_cpu():
+        pytest.skip('no C++ compiler')
+    _native._ensure_ninja()
+    assert shutil.which('ninja') is not None
