@@ -311,12 +311,12 @@ def test_gradcheck(impl, case):
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_half_precision_long_sequence(impl, dtype):
-    """L = 8192: positions and prefix table in float32, so the output is the float64 result rounded once.
+    """L = 12000 (the issue asks >= 10,000): positions and prefix table in float32, so the output is the float64 result rounded once.
 
     x has a positive mean, so the prefix sum reaches ~8000 (hopeless in fp16/bf16) and positions beyond 2048
     have no fractional part in fp16 (the prior-art defect).
     """
-    B, C, H, L, ml, mr = 1, 4, 2, 8192, 60, 37
+    B, C, H, L, ml, mr = 1, 4, 2, 12000, 60, 37
     x = (torch.randn(B, C, L) + 1.0).to(dtype)
     off = offsets_off_grid((B, H, L, 2), [ml, mr], torch.float32)  # float32 positions pick the same cells
     y = talk1d(x, off, ml, mr, backend=impl)
@@ -324,7 +324,9 @@ def test_half_precision_long_sequence(impl, dtype):
     ref = talk1d_reference(x.double(), off.double(), ml, mr)
     unit_roundoff = torch.finfo(dtype).eps / 2
     err = (y.double() - ref).abs()
-    bound = unit_roundoff * ref.abs() + 2e-5  # one rounding to dtype + float32 accumulation error
+    # one rounding to dtype + float32 error of a prefix table that grows to max|S| (divided by the window norm)
+    table_max = x.double().cumsum(-1).abs().max().item()
+    bound = unit_roundoff * ref.abs() + 4 * torch.finfo(torch.float32).eps * table_max / (ml + mr + 1)
     assert (err <= bound).all(), f'max excess {(err - bound).max().item():.3g}'
     # Gradients also go through float32: compare with the float64 reference.
     xg, og = x.detach().requires_grad_(), off.detach().requires_grad_()
