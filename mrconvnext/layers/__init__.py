@@ -1,6 +1,7 @@
 """Modules that own parameters."""
 
 from .kernel_params import DenseKernel, DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
+from .light_conv import DynamicConv1d, DynamicConv2d, LightConv1d, LightConv2d
 from .mrconv import COMBINE_MODES, KERNEL_TYPES, MRConv1d, MRConv2d, num_branches
 from .talk import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
 
@@ -18,4 +19,8 @@ __all__ = [
     'TaLKConv1d',
     'TaLKConv2d',
     'TaLKConvFlat2d',
+    'LightConv1d',
+    'LightConv2d',
+    'DynamicConv1d',
+    'DynamicConv2d',
 ]

@@ -1,10 +1,11 @@
 """Model files: configs and ``@register_model`` entrypoints (importing registers them with timm)."""
 
 from ._mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
+from .lightconvnext import DynConvNeXt, LightConvNeXt
 from .mrconvnext import MRConvNeXt, mrconv_kernel_size
 from .talkconvnext import TaLKConvNeXt, TaLKConvNeXt2d
 
-MODEL_MODULES = ('mrconvnext', 'talkconvnext')
+MODEL_MODULES = ('mrconvnext', 'talkconvnext', 'lightconvnext')
 
 
 def list_models() -> list[str]:
@@ -20,6 +21,8 @@ __all__ = [
     'MRConvNeXt',
     'TaLKConvNeXt',
     'TaLKConvNeXt2d',
+    'LightConvNeXt',
+    'DynConvNeXt',
     'load_convnext_weights',
     'stage_feature_sizes',
     'mrconv_kernel_size',

@@ -1,6 +1,7 @@
 """Functional operators: no parameters, no knowledge of models."""
 
 from ._native import build_talk_cpu, build_talk_cuda
+from .light_conv import dynamic_conv1d, light_conv1d
 from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_size, long_conv1d
 from .talk import (
     TALK_BACKENDS,
@@ -27,4 +28,6 @@ __all__ = [
     'talk_offsets_dropout',
     'build_talk_cpu',
     'build_talk_cuda',
+    'light_conv1d',
+    'dynamic_conv1d',
 ]

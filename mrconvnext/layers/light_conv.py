@@ -1,0 +1,217 @@
+"""LightConv / DynamicConv token mixers (Wu et al., ICLR 2019) for ``(B, C, L)`` and ``(B, C, H, W)``.
+
+- :class:`LightConv1d`: parameter ``weight`` of shape ``(num_heads, kernel_size)``; the kernel
+  is ``softmax(weight)`` over the taps, shared by the ``dim // num_heads`` consecutive channels
+  of each head.
+- :class:`DynamicConv1d`: ``weight_linear = nn.Linear(dim, num_heads * kernel_size)`` predicts
+  the kernel of every position from that position's features, softmax over the taps.
+  The linear layer has a bias, so with its weight at zero the module is a LightConv.
+- DropConnect (``weight_dropout = p``), training only: every entry of the *normalized* kernel
+  is zeroed with probability ``p`` and the survivors are divided by ``1 - p`` (as in the
+  paper, §3, and ``F.dropout``), so a kernel keeps its expected sum of 1. LightConv draws one
+  mask per forward for the ``(H, K)`` kernel, DynamicConv one per ``(b, h, t, k)`` entry.
+- ``bias`` (optional, ``(dim,)``) is added to the output of every channel.
+- :class:`LightConv2d` / :class:`DynamicConv2d`: ``(dim, input_size, **options)``; they
+  flatten ``(B, C, H, W)`` row-major to ``(B, C, H*W)``, apply the 1D mixer and reshape back.
+  Parameters have the same names as in the 1D modules (state dicts are interchangeable).
+
+Lag and padding conventions (bidirectional vs causal, even kernel sizes) are those of
+:mod:`mrconvnext.ops.light_conv`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.light_conv import dynamic_conv1d, light_conv1d
+
+__all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
+
+
+def _check_options(cls: str, dim: int, kernel_size: int, num_heads: int, weight_dropout: float) -> None:
+    for arg, value in (('dim', dim), ('kernel_size', kernel_size), ('num_heads', num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f'{cls} expects an int {arg}, got {type(value).__name__}')
+        if value < 1:
+            raise ValueError(f'{cls} expects {arg} >= 1, got {value}')
+    if dim % num_heads != 0:
+        raise ValueError(f'{cls}: dim ({dim}) must be divisible by num_heads ({num_heads})')
+    if not 0.0 <= weight_dropout < 1.0:
+        raise ValueError(f'{cls} expects 0 <= weight_dropout < 1, got {weight_dropout}')
+
+
+def _check_input(module: nn.Module, x: object, rank: int) -> torch.Tensor:
+    cls = type(module).__name__
+    layout = '(B, C, L)' if rank == 3 else '(B, C, H, W)'
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f'{cls} expects a torch.Tensor, got {type(x).__name__}')
+    if not x.is_floating_point():
+        raise TypeError(f'{cls} expects a floating-point input, got dtype {x.dtype}')
+    if x.ndim != rank:
+        raise ValueError(f'{cls} expects input of shape {layout}, got shape {tuple(x.shape)}')
+    if x.shape[1] != module.dim:
+        raise ValueError(f'{cls} expects {module.dim} channels, got {x.shape[1]} (input shape {tuple(x.shape)})')
+    return x
+
+
+def _check_input_size(cls: str, input_size: object) -> tuple[int, int]:
+    ok = (
+        isinstance(input_size, (tuple, list))
+        and len(input_size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in input_size)
+    )
+    if not ok:
+        raise ValueError(f'{cls} expects input_size as two positive ints (H, W), got {input_size!r}')
+    return int(input_size[0]), int(input_size[1])
+
+
+class LightConv1d(nn.Module):
+    """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads."""
+
+    def __init__(
+        self,
+        dim: int,
+        kernel_size: int,
+        num_heads: int,
+        causal: bool = False,
+        weight_dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        _check_options(type(self).__name__, dim, kernel_size, num_heads, weight_dropout)
+        self.dim = dim
+        self.kernel_size = kernel_size
+        self.num_heads = num_heads
+        self.causal = causal
+        self.weight_dropout = float(weight_dropout)
+        self.weight = nn.Parameter(torch.empty(num_heads, kernel_size))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def kernel(self) -> torch.Tensor:
+        """Normalized (and, in training, DropConnect-ed) kernel ``(H, K)``."""
+        w = torch.softmax(self.weight, dim=-1)
+        return F.dropout(w, self.weight_dropout, self.training)
+
+    def _mix(self, x: torch.Tensor) -> torch.Tensor:
+        return light_conv1d(x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mix(_check_input(self, x, 3))
+
+    def extra_repr(self) -> str:
+        return (
+            f'{self.dim}, kernel_size={self.kernel_size}, num_heads={self.num_heads}, causal={self.causal}, '
+            f'weight_dropout={self.weight_dropout}, bias={self.bias is not None}'
+        )
+
+
+class DynamicConv1d(nn.Module):
+    """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head."""
+
+    def __init__(
+        self,
+        dim: int,
+        kernel_size: int,
+        num_heads: int,
+        causal: bool = False,
+        weight_dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        _check_options(type(self).__name__, dim, kernel_size, num_heads, weight_dropout)
+        self.dim = dim
+        self.kernel_size = kernel_size
+        self.num_heads = num_heads
+        self.causal = causal
+        self.weight_dropout = float(weight_dropout)
+        self.weight_linear = nn.Linear(dim, num_heads * kernel_size)
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-position kernels ``(B, H, L, K)`` for ``x`` of shape ``(B, C, L)``.
+
+        Returned as a transposed view of a contiguous ``(B, H, K, L)`` tensor, the layout the op
+        consumes without a copy (the linear map is applied as ``W @ x``, no transpose of x).
+        """
+        B, _, L = x.shape
+        lin = self.weight_linear
+        logits = torch.matmul(lin.weight, x) + lin.bias[:, None]  # (B, H*K, L)
+        w = torch.softmax(logits.view(B, self.num_heads, self.kernel_size, L), dim=2)
+        w = F.dropout(w, self.weight_dropout, self.training)
+        return w.transpose(2, 3)
+
+    def _mix(self, x: torch.Tensor) -> torch.Tensor:
+        return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mix(_check_input(self, x, 3))
+
+    def extra_repr(self) -> str:
+        return (
+            f'{self.dim}, kernel_size={self.kernel_size}, num_heads={self.num_heads}, causal={self.causal}, '
+            f'weight_dropout={self.weight_dropout}, bias={self.bias is not None}'
+        )
+
+
+class LightConv2d(LightConv1d):
+    """LightConv on ``(B, C, H, W)`` flattened row-major to ``(B, C, H*W)``.
+
+    ``input_size`` is the nominal ``(H, W)`` (kept as an attribute); the mixer itself is
+    length-agnostic, so other sizes are accepted too. Defaults: ``kernel_size=31, num_heads=8``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        input_size: tuple[int, int],
+        kernel_size: int = 31,
+        num_heads: int = 8,
+        causal: bool = False,
+        weight_dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__(dim, kernel_size, num_heads, causal, weight_dropout, bias)
+        self.input_size = _check_input_size(type(self).__name__, input_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = _check_input(self, x, 4).shape
+        return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
+
+    def extra_repr(self) -> str:
+        return f'{super().extra_repr()}, input_size={self.input_size}'
+
+
+class DynamicConv2d(DynamicConv1d):
+    """DynamicConv on ``(B, C, H, W)`` flattened row-major to ``(B, C, H*W)``.
+
+    ``input_size`` is the nominal ``(H, W)`` (kept as an attribute); the mixer itself is
+    length-agnostic, so other sizes are accepted too. Defaults: ``kernel_size=31, num_heads=8``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        input_size: tuple[int, int],
+        kernel_size: int = 31,
+        num_heads: int = 8,
+        causal: bool = False,
+        weight_dropout: float = 0.0,
+        bias: bool = False,
+    ) -> None:
+        super().__init__(dim, kernel_size, num_heads, causal, weight_dropout, bias)
+        self.input_size = _check_input_size(type(self).__name__, input_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = _check_input(self, x, 4).shape
+        return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
+
+    def extra_repr(self) -> str:
+        return f'{super().extra_repr()}, input_size={self.input_size}'

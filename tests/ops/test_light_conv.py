@@ -1,0 +1,252 @@
+"""Tests for mrconvnext.ops.light_conv against an independent pure-Python loop reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrconvnext.ops.light_conv import (
+    dynamic_conv1d,
+    dynamic_conv1d_unfold,
+    light_conv1d,
+    light_conv1d_unfold,
+)
+
+# Odd and even K; 9, 49 are sizes fairseq's CUDA kernels reject; 15 and 49 exceed L = 10.
+KERNEL_SIZES = [1, 2, 3, 4, 7, 8, 9, 15, 49]
+L = 10
+
+
+def lags(K: int, causal: bool) -> list[int]:
+    """Documented convention: tap k has lag k - zero_lag (positive = past)."""
+    zero_lag = 0 if causal else (K - 1) // 2
+    return [k - zero_lag for k in range(K)]
+
+
+def naive_light(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """y[b, c, t] = bias[c] + sum_k w[c // R, k] * x[b, c, t - lag_k], plain Python loops."""
+    B, C, n = x.shape
+    H, K = w.shape
+    R = C // H
+    xs, ws = x.tolist(), w.tolist()
+    out = [[[0.0] * n for _ in range(C)] for _ in range(B)]
+    for b in range(B):
+        for c in range(C):
+            for t in range(n):
+                acc = 0.0 if bias is None else float(bias[c])
+                for k, lag in enumerate(lags(K, causal)):
+                    s = t - lag
+                    if 0 <= s < n:
+                        acc += ws[c // R][k] * xs[b][c][s]
+                out[b][c][t] = acc
+    return torch.tensor(out, dtype=x.dtype)
+
+
+def naive_dynamic(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """y[b, c, t] = bias[c] + sum_k w[b, c // R, t, k] * x[b, c, t - lag_k], plain Python loops."""
+    B, C, n = x.shape
+    H, K = w.shape[1], w.shape[3]
+    R = C // H
+    xs, ws = x.tolist(), w.tolist()
+    out = [[[0.0] * n for _ in range(C)] for _ in range(B)]
+    for b in range(B):
+        for c in range(C):
+            for t in range(n):
+                acc = 0.0 if bias is None else float(bias[c])
+                for k, lag in enumerate(lags(K, causal)):
+                    s = t - lag
+                    if 0 <= s < n:
+                        acc += ws[b][c // R][t][k] * xs[b][c][s]
+                out[b][c][t] = acc
+    return torch.tensor(out, dtype=x.dtype)
+
+
+def rand(*shape: int, requires_grad: bool = False) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=requires_grad)
+
+
+@pytest.mark.parametrize('causal', [False, True])
+@pytest.mark.parametrize('K', KERNEL_SIZES)
+def test_light_matches_naive(K: int, causal: bool) -> None:
+    x, w, bias = rand(2, 6, L), rand(3, K).softmax(-1), rand(6)
+    ref = naive_light(x, w, bias, causal)
+    torch.testing.assert_close(light_conv1d(x, w, bias, num_heads=3, causal=causal), ref)
+    torch.testing.assert_close(light_conv1d(x, w, num_heads=3, causal=causal), naive_light(x, w, None, causal))
+    torch.testing.assert_close(light_conv1d_unfold(x, w, bias, num_heads=3, causal=causal), ref)
+
+
+@pytest.mark.parametrize('causal', [False, True])
+@pytest.mark.parametrize('K', KERNEL_SIZES)
+def test_dynamic_matches_naive(K: int, causal: bool) -> None:
+    x, w, bias = rand(2, 6, L), rand(2, 3, L, K).softmax(-1), rand(6)
+    ref = naive_dynamic(x, w, bias, causal)
+    torch.testing.assert_close(dynamic_conv1d(x, w, bias, causal=causal), ref)
+    torch.testing.assert_close(dynamic_conv1d(x, w, causal=causal), naive_dynamic(x, w, None, causal))
+    torch.testing.assert_close(dynamic_conv1d_unfold(x, w, bias, causal=causal), ref)
+
+
+@pytest.mark.parametrize(
+    ('K', 'causal', 'expected_lags'),
+    [
+        (3, False, [-1, 0, 1]),
+        (4, False, [-1, 0, 1, 2]),  # even K: the extra tap is on the past side
+        (5, False, [-2, -1, 0, 1, 2]),
+        (4, True, [0, 1, 2, 3]),
+    ],
+)
+def test_lag_convention_literal(K: int, causal: bool, expected_lags: list[int]) -> None:
+    """A one-hot kernel at tap k shifts the signal by exactly the documented lag."""
+    x = rand(1, 2, 12)
+    for k, lag in enumerate(expected_lags):
+        w = torch.zeros(1, K, dtype=torch.float64)
+        w[0, k] = 1.0
+        shifted = torch.zeros_like(x)
+        if lag >= 0:
+            shifted[..., lag:] = x[..., : x.shape[-1] - lag]
+        else:
+            shifted[..., :lag] = x[..., -lag:]
+        torch.testing.assert_close(light_conv1d(x, w, num_heads=1, causal=causal), shifted)
+        wd = w.view(1, 1, 1, K).expand(1, 1, 12, K)
+        torch.testing.assert_close(dynamic_conv1d(x, wd, causal=causal), shifted)
+
+
+@pytest.mark.parametrize('K', [4, 9])
+def test_causal_ignores_future(K: int) -> None:
+    x = rand(1, 4, 12, requires_grad=True)
+    t = 5
+    for y in (
+        light_conv1d(x, rand(2, K).softmax(-1), num_heads=2, causal=True),
+        dynamic_conv1d(x, rand(1, 2, 12, K).softmax(-1), causal=True),
+    ):
+        (g,) = torch.autograd.grad(y[..., t].sum(), x)
+        assert torch.all(g[..., t + 1 :] == 0)
+        assert torch.any(g[..., : t + 1] != 0)
+
+
+def test_single_position_and_broadcast_equivalence() -> None:
+    """L = 1 works; a position-independent dynamic kernel equals LightConv."""
+    x, w = rand(2, 4, 1), rand(2, 5).softmax(-1)
+    torch.testing.assert_close(light_conv1d(x, w, num_heads=2), x * w[:, 2].repeat_interleave(2)[:, None])
+    x = rand(2, 8, 13)
+    wl = rand(4, 6).softmax(-1)
+    wd = wl[None, :, None, :].expand(2, 4, 13, 6)
+    for causal in (False, True):
+        torch.testing.assert_close(
+            dynamic_conv1d(x, wd, causal=causal), light_conv1d(x, wl, num_heads=4, causal=causal)
+        )
+
+
+@pytest.mark.parametrize(('K', 'causal'), [(3, False), (4, False), (4, True), (11, False)])
+def test_gradcheck_light(K: int, causal: bool) -> None:
+    x, w, b = rand(2, 4, 7, requires_grad=True), rand(2, K, requires_grad=True), rand(4, requires_grad=True)
+    fn = lambda x, w, b: light_conv1d(x, w, b, num_heads=2, causal=causal)
+    assert torch.autograd.gradcheck(fn, (x, w, b))
+
+
+@pytest.mark.parametrize(('K', 'causal'), [(3, False), (4, False), (4, True), (11, False)])
+def test_gradcheck_dynamic(K: int, causal: bool) -> None:
+    x, w, b = (
+        rand(2, 4, 7, requires_grad=True),
+        rand(2, 2, 7, K, requires_grad=True),
+        rand(4, requires_grad=True),
+    )
+    fn = lambda x, w, b: dynamic_conv1d(x, w, b, causal=causal)
+    assert torch.autograd.gradcheck(fn, (x, w, b))
+
+
+def test_dynamic_grads_match_unfold_and_partial_requires_grad() -> None:
+    x, w = rand(2, 6, 20, requires_grad=True), rand(2, 3, 20, 7, requires_grad=True)
+    g = rand(2, 6, 20)
+    ref = torch.autograd.grad(dynamic_conv1d_unfold(x, w), (x, w), g)
+    got = torch.autograd.grad(dynamic_conv1d(x, w), (x, w), g)
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b)
+    # Only one input needing a gradient still works.
+    (gx,) = torch.autograd.grad(dynamic_conv1d(x, w.detach()), x, g)
+    torch.testing.assert_close(gx, ref[0])
+    (gw,) = torch.autograd.grad(dynamic_conv1d(x.detach(), w), w, g)
+    torch.testing.assert_close(gw, ref[1])
+
+
+def test_dynamic_saves_no_k_fold_copies() -> None:
+    """Autograd keeps only O(x + weights) elements, never K shifted copies of x."""
+    B, C, n, H, K = 2, 8, 64, 2, 31
+    x, w = torch.randn(B, C, n, requires_grad=True), torch.randn(B, H, n, K, requires_grad=True)
+    saved: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = dynamic_conv1d(x, w)
+    assert saved, 'saved-tensor hooks saw nothing'
+    assert sum(saved) <= x.numel() + w.numel()  # the unfold baseline saves B*C*L*K more
+    y.sum().backward()
+    assert x.grad is not None and w.grad is not None
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_low_precision_computes_in_float32(dtype: torch.dtype) -> None:
+    x, wl, wd = torch.randn(2, 4, 30), torch.randn(2, 5).softmax(-1), torch.randn(2, 2, 30, 5).softmax(-1)
+    xl = x.to(dtype)
+    y = light_conv1d(xl, wl.to(dtype), num_heads=2)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.float(), light_conv1d(xl.float(), wl.to(dtype).float(), num_heads=2), **_tol(dtype))
+    y = dynamic_conv1d(xl, wd.to(dtype))
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.float(), dynamic_conv1d(xl.float(), wd.to(dtype).float()), **_tol(dtype))
+    # Mixed dtypes (e.g. autocast weights with a float32 residual stream) promote.
+    assert dynamic_conv1d(x, wd.to(dtype)).dtype == torch.float32
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    return {'atol': 1e-2, 'rtol': 1e-2} if dtype == torch.bfloat16 else {'atol': 2e-3, 'rtol': 2e-3}
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_input_light() -> None:
+    x, w = torch.randn(2, 4, 9), torch.randn(2, 3)
+    with pytest.raises(ValueError, match=r'\(B, C, L\), got shape \(4, 9\)'):
+        light_conv1d(x[0], w, num_heads=2)
+    with pytest.raises(ValueError, match=r'channels \(4\) must be divisible by num_heads \(3\)'):
+        light_conv1d(x, torch.randn(3, 3), num_heads=3)
+    with pytest.raises(ValueError, match=r'weight of shape \(num_heads=2, K >= 1\), got \(4, 3\)'):
+        light_conv1d(x, torch.randn(4, 3), num_heads=2)
+    with pytest.raises(ValueError, match=r'got \(6,\)'):
+        light_conv1d(x, torch.randn(6), num_heads=2)
+    with pytest.raises(ValueError, match=r'K >= 1\), got \(2, 0\)'):
+        light_conv1d(x, torch.randn(2, 0), num_heads=2)
+    with pytest.raises(TypeError, match='floating-point x, got dtype torch.int64'):
+        light_conv1d(torch.ones(2, 4, 9, dtype=torch.long), w, num_heads=2)
+    with pytest.raises(TypeError, match='floating-point weight, got dtype torch.int32'):
+        light_conv1d(x, torch.ones(2, 3, dtype=torch.int32), num_heads=2)
+    with pytest.raises(ValueError, match=r'bias of shape \(4,\), got \(2,\)'):
+        light_conv1d(x, w, torch.randn(2), num_heads=2)
+    with pytest.raises(ValueError, match='num_heads >= 1, got 0'):
+        light_conv1d(x, w, num_heads=0)
+
+
+def test_bad_input_dynamic() -> None:
+    x, w = torch.randn(2, 4, 9), torch.randn(2, 2, 9, 3)
+    with pytest.raises(ValueError, match=r'\(B, C, L\), got shape \(1, 2, 4, 9\)'):
+        dynamic_conv1d(x[None], w)
+    with pytest.raises(ValueError, match=r'channels \(4\) must be divisible by num_heads \(3\)'):
+        dynamic_conv1d(x, torch.randn(2, 3, 9, 3))
+    with pytest.raises(ValueError, match=r'\(B=2, H, L=9, K >= 1\).*got \(2, 2, 8, 3\)'):
+        dynamic_conv1d(x, torch.randn(2, 2, 8, 3))
+    with pytest.raises(ValueError, match=r'\(B=2, H, L=9, K >= 1\).*got \(1, 2, 9, 3\)'):
+        dynamic_conv1d(x, torch.randn(1, 2, 9, 3))
+    with pytest.raises(ValueError, match=r'weight of shape \(B, H, L, K\), got shape \(2, 9, 3\)'):
+        dynamic_conv1d(x, torch.randn(2, 9, 3))
+    with pytest.raises(ValueError, match=r'K >= 1\).*got \(2, 2, 9, 0\)'):
+        dynamic_conv1d(x, torch.randn(2, 2, 9, 0))
+    with pytest.raises(TypeError, match='floating-point x, got dtype torch.int64'):
+        dynamic_conv1d(torch.ones(2, 4, 9, dtype=torch.long), w)
+    with pytest.raises(TypeError, match='floating-point weight, got dtype torch.bool'):
+        dynamic_conv1d(x, torch.ones(2, 2, 9, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r'bias of shape \(4,\), got \(4, 1\)'):
+        dynamic_conv1d(x, w, torch.randn(4, 1))
