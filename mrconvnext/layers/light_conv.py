@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.light_conv import dynamic_conv1d, light_conv1d
+from ._checks import check_mixer_input
 
 __all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
 
@@ -40,20 +41,6 @@ def _check_options(cls: str, dim: int, kernel_size: int, num_heads: int, weight_
         raise ValueError(f'{cls}: dim ({dim}) must be divisible by num_heads ({num_heads})')
     if not 0.0 <= weight_dropout < 1.0:
         raise ValueError(f'{cls} expects 0 <= weight_dropout < 1, got {weight_dropout}')
-
-
-def _check_input(module: nn.Module, x: object, rank: int) -> torch.Tensor:
-    cls = type(module).__name__
-    layout = '(B, C, L)' if rank == 3 else '(B, C, H, W)'
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f'{cls} expects a torch.Tensor, got {type(x).__name__}')
-    if not x.is_floating_point():
-        raise TypeError(f'{cls} expects a floating-point input, got dtype {x.dtype}')
-    if x.ndim != rank:
-        raise ValueError(f'{cls} expects input of shape {layout}, got shape {tuple(x.shape)}')
-    if x.shape[1] != module.dim:
-        raise ValueError(f'{cls} expects {module.dim} channels, got {x.shape[1]} (input shape {tuple(x.shape)})')
-    return x
 
 
 def _check_input_size(cls: str, input_size: object) -> tuple[int, int]:
@@ -104,7 +91,7 @@ class LightConv1d(nn.Module):
         return light_conv1d(x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mix(_check_input(self, x, 3))
+        return self._mix(check_mixer_input(self, x, 3))
 
     def extra_repr(self) -> str:
         return (
@@ -152,7 +139,7 @@ class DynamicConv1d(nn.Module):
         return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mix(_check_input(self, x, 3))
+        return self._mix(check_mixer_input(self, x, 3))
 
     def extra_repr(self) -> str:
         return (
@@ -161,8 +148,8 @@ class DynamicConv1d(nn.Module):
         )
 
 
-class LightConv2d(LightConv1d):
-    """LightConv on ``(B, C, H, W)`` flattened row-major to ``(B, C, H*W)``.
+class _RowMajor2d:
+    """Mixin: ``(B, C, H, W)`` flattened row-major to ``(B, C, H*W)``, mixed in 1D, reshaped back.
 
     ``input_size`` is the nominal ``(H, W)`` (kept as an attribute); the mixer itself is
     length-agnostic, so other sizes are accepted too. Defaults: ``kernel_size=31, num_heads=8``.
@@ -182,36 +169,16 @@ class LightConv2d(LightConv1d):
         self.input_size = _check_input_size(type(self).__name__, input_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, C, H, W = _check_input(self, x, 4).shape
+        B, C, H, W = check_mixer_input(self, x, 4).shape
         return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
 
     def extra_repr(self) -> str:
         return f'{super().extra_repr()}, input_size={self.input_size}'
 
 
-class DynamicConv2d(DynamicConv1d):
-    """DynamicConv on ``(B, C, H, W)`` flattened row-major to ``(B, C, H*W)``.
+class LightConv2d(_RowMajor2d, LightConv1d):
+    """LightConv on ``(B, C, H, W)`` flattened row-major (see :class:`_RowMajor2d`)."""
 
-    ``input_size`` is the nominal ``(H, W)`` (kept as an attribute); the mixer itself is
-    length-agnostic, so other sizes are accepted too. Defaults: ``kernel_size=31, num_heads=8``.
-    """
 
-    def __init__(
-        self,
-        dim: int,
-        input_size: tuple[int, int],
-        kernel_size: int = 31,
-        num_heads: int = 8,
-        causal: bool = False,
-        weight_dropout: float = 0.0,
-        bias: bool = False,
-    ) -> None:
-        super().__init__(dim, kernel_size, num_heads, causal, weight_dropout, bias)
-        self.input_size = _check_input_size(type(self).__name__, input_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, C, H, W = _check_input(self, x, 4).shape
-        return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
-
-    def extra_repr(self) -> str:
-        return f'{super().extra_repr()}, input_size={self.input_size}'
+class DynamicConv2d(_RowMajor2d, DynamicConv1d):
+    """DynamicConv on ``(B, C, H, W)`` flattened row-major (see :class:`_RowMajor2d`)."""

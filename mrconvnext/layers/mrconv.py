@@ -39,6 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.long_conv import long_conv1d
+from ._checks import check_mixer_input
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -218,18 +219,6 @@ class MRConv1d(nn.Module):
 
     # --- forward -------------------------------------------------------------------------------
 
-    def _check_input(self, x: torch.Tensor, rank: int, layout: str) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
-        if x.dim() != rank:
-            raise ValueError(f'{type(self).__name__} expects input of shape {layout}, got shape {tuple(x.shape)}')
-        if x.shape[1] != self.dim:
-            raise ValueError(f'{type(self).__name__} expects {self.dim} channels, got {x.shape[1]}')
-        if not x.is_floating_point():
-            raise TypeError(f'{type(self).__name__} expects a floating-point input, got dtype {x.dtype}')
-        if x.numel() == 0:
-            raise ValueError(f'{type(self).__name__} got an empty input of shape {tuple(x.shape)}')
-
     def _forward_1d(self, x: torch.Tensor) -> torch.Tensor:
         if self.deployed or self.combine == 'scale':
             kernel, bias = self.merged_kernel()
@@ -242,7 +231,7 @@ class MRConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
-        self._check_input(x, 3, '(B, C, L)')
+        check_mixer_input(self, x, 3)
         return self._forward_1d(x)
 
     def _load_from_state_dict(
@@ -279,6 +268,6 @@ class MRConv2d(MRConv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
-        self._check_input(x, 4, '(B, C, H, W)')
+        check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
         return self._forward_1d(x.reshape(B, C, H * W)).view(B, C, H, W)

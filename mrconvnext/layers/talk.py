@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
+from ._checks import check_mixer_input
 
 __all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
 
@@ -70,14 +71,6 @@ def _predict_offsets(proj: nn.Linear, feats: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(logits)
 
 
-def _check_input(cls: str, x: torch.Tensor, ndim: int, layout: str, dim: int) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != ndim:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f'{cls}: expected input {layout}, got {got}')
-    if x.shape[1] != dim:
-        raise ValueError(f'{cls}: expected {dim} channels, got {x.shape[1]} (input shape {tuple(x.shape)})')
-
-
 class TaLKConv1d(nn.Module):
     """TaLK convolution over ``(B, C, L) -> (B, C, L)`` (paper Sec. 3; causal = decoder, ``max_right = 0``)."""
 
@@ -117,7 +110,7 @@ class TaLKConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
-        _check_input(type(self).__name__, x, 3, '(B, C, L)', self.dim)
+        check_mixer_input(self, x, 3)
         return talk1d(x, self.compute_offsets(x), self.max_left, self.max_right, backend=self.backend)
 
     def extra_repr(self) -> str:
@@ -141,7 +134,7 @@ class TaLKConvFlat2d(TaLKConv1d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
-        _check_input(type(self).__name__, x, 4, '(B, C, H, W)', self.dim)
+        check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
         return super().forward(x.reshape(B, C, H * W)).view(B, C, H, W)
 
@@ -189,7 +182,7 @@ class TaLKConv2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
-        _check_input(type(self).__name__, x, 4, '(B, C, H, W)', self.dim)
+        check_mixer_input(self, x, 4)
         off = self.compute_offsets(x)
         return talk2d(x, off, self.max_left, self.max_right, self.max_top, self.max_bottom, backend=self.backend)
 

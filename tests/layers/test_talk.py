@@ -129,7 +129,7 @@ def test_bad_options(kwargs, exc, match):
 
 
 def test_bad_input_shape():
-    with pytest.raises(ValueError, match=r'expected input \(B, C, H, W\), got \(2, 8, 5\)'):
+    with pytest.raises(ValueError, match=r'expects input of shape \(B, C, H, W\), got shape \(2, 8, 5\)'):
         TaLKConv2d(8, (5, 5))(torch.randn(2, 8, 5))
-    with pytest.raises(ValueError, match=r'expected 8 channels, got 6'):
+    with pytest.raises(ValueError, match=r'expects 8 channels, got 6'):
         TaLKConv1d(8, seq_len=5)(torch.randn(2, 6, 5))
