@@ -27,7 +27,8 @@ Inference
     :meth:`MRConv1d.reparameterize` folds the BatchNorms (running statistics) and alpha (or beta)
     into one ``kernel (C, P)`` and ``bias (C,)`` and deletes the branches; it is idempotent.
     ``deploy=True`` builds that form directly, and a branched layer that receives a deployed
-    state dict converts itself before loading.
+    state dict converts itself before loading. A deployed layer keeps its kernel's spectrum between
+    no-grad calls; any change to the kernel (loading, in-place update, ``.to()``) recomputes it.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class MRConv1d(nn.Module):
         self.kernel = nn.Parameter(torch.zeros(self.dim, size))
         self.bias = nn.Parameter(torch.zeros(self.dim))
         self.deployed = True
+        self._spectra: dict = {}  # kernel spectrum kept between no-grad calls (not state; see long_conv1d)
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -220,7 +222,11 @@ class MRConv1d(nn.Module):
     # --- forward -------------------------------------------------------------------------------
 
     def _forward_1d(self, x: torch.Tensor) -> torch.Tensor:
-        if self.deployed or self.combine == 'scale':
+        if self.deployed:
+            return long_conv1d(
+                x, self.kernel, self.bias, zero_lag=self.zero_lag, backend=self.backend, spectrum_cache=self._spectra
+            )
+        if self.combine == 'scale':
             kernel, bias = self.merged_kernel()
             return long_conv1d(x, kernel, bias, zero_lag=self.zero_lag, backend=self.backend)
         B, _, L = x.shape

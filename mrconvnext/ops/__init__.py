@@ -2,7 +2,7 @@
 
 from ._native import build_talk_cpu, build_talk_cuda
 from .light_conv import dynamic_conv1d, light_conv1d
-from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_size, long_conv1d
+from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_length, fft_size, long_conv1d
 from .talk import (
     TALK_BACKENDS,
     talk1d,
@@ -16,6 +16,7 @@ from .talk import (
 __all__ = [
     'long_conv1d',
     'fft_size',
+    'fft_length',
     'choose_backend',
     'crop_kernel',
     'circular_kernel',

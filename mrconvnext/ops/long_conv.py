@@ -36,7 +36,14 @@ import torch.nn.functional as F
 from . import flashfft
 from ._warnings import warn_once
 
-__all__ = ['long_conv1d', 'fft_size', 'choose_backend', 'crop_kernel', 'circular_kernel']
+__all__ = [
+    'long_conv1d',
+    'fft_size',
+    'fft_length',
+    'choose_backend',
+    'crop_kernel',
+    'circular_kernel',
+]
 
 _BACKENDS = ('auto', 'fft', 'direct', 'flashfft')
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's
@@ -123,19 +130,51 @@ def _check(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Ten
         raise ValueError(f'long_conv1d expects a bias of shape ({C},), got {tuple(bias.shape)}')
 
 
-def _fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
-    L = x.shape[-1]
-    K = kernel.shape[-1]
-    # No wrap-around onto the L kept outputs: past lags need n >= L + (K-1-zero_lag),
-    # future lags need n >= L + zero_lag.
-    n = fft_size(L + max(K - 1 - zero_lag, zero_lag))
+def fft_length(length: int, taps: int, zero_lag: int) -> int:
+    """FFT size for ``length`` outputs of a ``taps``-tap kernel: no wrap-around, then :func:`fft_size`.
+
+    Past lags need ``n >= length + (taps - 1 - zero_lag)``, future lags ``n >= length + zero_lag``.
+    """
+    return fft_size(length + max(taps - 1 - zero_lag, zero_lag))
+
+
+def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
+    return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n)
+
+
+def _fft_conv(x: torch.Tensor, k_f: torch.Tensor, n: int) -> torch.Tensor:
+    """Differentiable path: whole-tensor transforms. ``k_f`` is ``(C, F)`` or ``(N, C, F)``."""
     x_f = torch.fft.rfft(x, n=n)
-    k_f = torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n)
-    if kernel.dim() == 3:
-        y_f = x_f.unsqueeze(1) * k_f  # (B, N, C, F)
-    else:
-        y_f = x_f * k_f
-    return torch.fft.irfft(y_f, n=n)[..., :L]
+    y_f = x_f.unsqueeze(1) * k_f if k_f.dim() == 3 else x_f * k_f  # (B, N, C, F) or (B, C, F)
+    return torch.fft.irfft(y_f, n=n)[..., : x.shape[-1]]
+
+
+# Rows (sequences) per chunk of the inference path: its padded input, spectrum and output stay in L2.
+_CHUNK_ELEMS = 1 << 19
+
+
+@torch.no_grad()
+def _fft_conv_chunked(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """Inference path: the same arithmetic as :func:`_fft_conv` in cache-sized chunks of channels, with the
+    product in place and the bias added while cropping; whole-tensor transforms are memory-bound here."""
+    B, C, L = x.shape
+    stacked = k_f.dim() == 3
+    N = k_f.shape[0] if stacked else 1
+    out = x.new_empty((B, N, C, L) if stacked else (B, C, L))
+    step = max(1, min(C, _CHUNK_ELEMS // n))
+    for b in range(B):
+        for c0 in range(0, C, step):
+            c1 = min(C, c0 + step)
+            x_f = torch.fft.rfft(x[b, c0:c1], n=n)
+            for i in range(N):
+                y_f = x_f * k_f[i, c0:c1] if stacked else x_f.mul_(k_f[c0:c1])
+                y = torch.fft.irfft(y_f, n=n)[:, :L]
+                dst = out[b, i, c0:c1] if stacked else out[b, c0:c1]
+                if bias is None:
+                    dst.copy_(y)
+                else:
+                    torch.add(y, bias[c0:c1, None], out=dst)
+    return out
 
 
 def _direct_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -160,6 +199,7 @@ def long_conv1d(
     *,
     zero_lag: int = 0,
     backend: str = 'auto',
+    spectrum_cache: dict | None = None,
 ) -> torch.Tensor:
     """Depthwise linear convolution (see the module docstring for the lag convention).
 
@@ -169,6 +209,10 @@ def long_conv1d(
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
         backend: ``'auto'``, ``'fft'``, ``'direct'`` or ``'flashfft'``.
+        spectrum_cache: optional dict owned by the caller (e.g. a deployed layer) in which the FFT
+            path keeps the kernel's spectrum between calls when no gradient is needed. Entries are
+            keyed by the kernel's storage, version counter, dtype, device and the FFT size, so
+            ``load_state_dict``, in-place updates and ``.to()`` invalidate them.
 
     Returns:
         ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
@@ -176,7 +220,9 @@ def long_conv1d(
     if backend not in _BACKENDS:
         raise ValueError(f'backend must be one of {_BACKENDS}, got {backend!r}')
     _check(x, kernel, zero_lag, bias)
-    kernel, zero_lag = crop_kernel(kernel, zero_lag, x.shape[-1])
+    L = x.shape[-1]
+    full_kernel = kernel
+    kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
     if backend == 'auto':
         backend = choose_backend(x, kernel.shape[-1], zero_lag)
     elif backend == 'flashfft' and not flashfft.supports(x, kernel.shape[-1], zero_lag):
@@ -189,11 +235,36 @@ def long_conv1d(
     out_dtype = x.dtype
     if backend == 'flashfft':
         y = flashfft.conv1d(x, kernel, zero_lag)
-    else:
-        compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
-        with torch.autocast(x.device.type, enabled=False):
-            xc, kc = x.to(compute), kernel.to(compute)
-            y = _fft_conv(xc, kc, zero_lag) if backend == 'fft' else _direct_conv(xc, kc, zero_lag)
+        return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
+    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+    needs_grad = torch.is_grad_enabled() and (
+        x.requires_grad or kernel.requires_grad or (bias is not None and bias.requires_grad)
+    )
+    with torch.autocast(x.device.type, enabled=False):
+        xc = x.to(compute)
+        if backend == 'direct':
+            y = _direct_conv(xc, kernel.to(compute), zero_lag)
+        elif needs_grad:
+            n = fft_length(L, kernel.shape[-1], zero_lag)
+            y = _fft_conv(xc, _spectrum(kernel.to(compute), zero_lag, n), n)
+        else:
+            k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
+            b = None if bias is None else bias.to(compute)
+            return _fft_conv_chunked(xc.contiguous(), k_f, n, b).to(out_dtype)
     if bias is not None:
         y = y + bias.to(y.dtype).unsqueeze(-1)
     return y.to(out_dtype)
+
+
+def _cached_spectrum(
+    cache: dict | None, full_kernel: torch.Tensor, kernel: torch.Tensor, zero_lag: int, length: int, dtype
+) -> tuple[torch.Tensor, int]:
+    n = fft_length(length, kernel.shape[-1], zero_lag)
+    if cache is None or torch.compiler.is_compiling():
+        return _spectrum(kernel.to(dtype), zero_lag, n), n
+    key = (full_kernel.data_ptr(), full_kernel._version, tuple(full_kernel.shape), dtype, full_kernel.device, n)
+    if cache.get('key') != key:
+        cache.clear()
+        cache['key'] = key
+        cache['spectrum'] = _spectrum(kernel.to(dtype), zero_lag, n)
+    return cache['spectrum'], n

@@ -43,6 +43,49 @@ def test_asymmetric_and_stacked_kernels(backend):
             torch.testing.assert_close(y[:, i], shifted_sum_conv(x, k[i], zero_lag), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize('stacked', [False, True])
+def test_inference_path_in_small_chunks(monkeypatch, stacked):
+    """The no-grad path works in chunks of channels; force chunks of one or two rows."""
+    from mrconvnext.ops import long_conv
+
+    x = torch.randn(3, 5, 21, dtype=torch.float64)
+    k = torch.randn(*((2,) if stacked else ()), 5, 41, dtype=torch.float64)
+    bias = torch.randn(5, dtype=torch.float64)
+    for elems in (1, 90):  # n = 42 here: one row, then two rows per chunk
+        monkeypatch.setattr(long_conv, '_CHUNK_ELEMS', elems)
+        y = long_conv1d(x, k, bias, zero_lag=20, backend='fft')
+        kernels = k.unbind(0) if stacked else [k]
+        for i, ki in enumerate(kernels):
+            yi = y[:, i] if stacked else y
+            torch.testing.assert_close(yi, shifted_sum_conv(x, ki, 20) + bias[:, None], rtol=1e-10, atol=1e-10)
+
+
+def test_spectrum_cache_follows_the_kernel():
+    x = torch.randn(2, 3, 30, dtype=torch.float64)
+    k = torch.nn.Parameter(torch.randn(3, 59, dtype=torch.float64))
+    cache = {}
+    with torch.no_grad():
+        for _ in range(2):
+            y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
+            torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
+        assert 'spectrum' in cache
+        k.mul_(-2.0)  # in place, as load_state_dict does
+        torch.testing.assert_close(
+            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x, k, 29)
+        )
+        k.data = torch.randn(3, 59, dtype=torch.float64)  # new storage, as .to() gives
+        torch.testing.assert_close(
+            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x, k, 29)
+        )
+        x2 = torch.randn(2, 3, 17, dtype=torch.float64)  # another length: another FFT size
+        torch.testing.assert_close(
+            long_conv1d(x2, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x2, k, 29)
+        )
+    # with gradients the cache is bypassed and the result is differentiable
+    y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
+    assert y.requires_grad
+
+
 def test_float32_accuracy_long_sequence():
     L = 3136
     x = torch.randn(2, 3, L)
