@@ -164,9 +164,15 @@ class MRConv1d(nn.Module):
         return DenseKernel(dim, reach, causal)
 
     def _make_deployed(self) -> None:
+        """Replace the training branches (if any) by an all-zero ``kernel`` and ``bias`` on their device/dtype."""
+        ref = next(self.parameters(), None)
+        dd = {'device': ref.device, 'dtype': ref.dtype} if ref is not None else {}
+        for name in ('branches', 'bn', 'alpha', 'beta', 'bias'):
+            if hasattr(self, name):
+                delattr(self, name)
         size = self.reach if self.causal else 2 * self.reach - 1
-        self.kernel = nn.Parameter(torch.zeros(self.dim, size))
-        self.bias = nn.Parameter(torch.zeros(self.dim))
+        self.kernel = nn.Parameter(torch.zeros(self.dim, size, **dd))
+        self.bias = nn.Parameter(torch.zeros(self.dim, **dd))
         self.deployed = True
         self._spectra: dict = {}  # kernel spectrum kept between no-grad calls (not state; see long_conv1d)
 
@@ -200,12 +206,9 @@ class MRConv1d(nn.Module):
         if self.deployed:
             return
         kernel, bias = self.merged_kernel()
-        for name in ('branches', 'bn', 'alpha', 'beta', 'bias'):
-            if hasattr(self, name):
-                delattr(self, name)
         self._make_deployed()
-        self.kernel.data = kernel.detach().clone()
-        self.bias.data = bias.detach().clone()
+        self.kernel.copy_(kernel)
+        self.bias.copy_(bias)
 
     def kernel_parameter_names(self) -> list[str]:
         """Names (relative to this module) of the long-kernel parameters (own lr, no weight decay)."""
@@ -245,9 +248,6 @@ class MRConv1d(nn.Module):
     ):
         # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first.
         if not self.deployed and prefix + 'kernel' in state_dict:
-            for name in ('branches', 'bn', 'alpha', 'beta', 'bias'):
-                if hasattr(self, name):
-                    delattr(self, name)
             self._make_deployed()
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs

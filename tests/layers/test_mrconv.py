@@ -268,3 +268,13 @@ def test_bad_inputs_2d_and_options():
         MRConv1d(4, 40, kernel_type='wavelet')
     with pytest.raises(ValueError, match='combine'):
         MRConv1d(4, 40, combine='sum')
+
+
+def test_deployed_form_keeps_device_and_dtype():
+    layer = _make('fourier', 'bn', seq_len=40).double().eval()
+    sd = {k: v.clone() for k, v in _make('fourier', 'bn', seq_len=40, deploy=True).double().state_dict().items()}
+    layer.reparameterize()
+    assert layer.kernel.dtype == layer.bias.dtype == torch.float64
+    branched = _make('fourier', 'bn', seq_len=40).double()
+    branched.load_state_dict(sd)
+    assert branched.kernel.dtype == torch.float64
