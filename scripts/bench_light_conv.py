@@ -14,7 +14,8 @@ freed tensors leave the RSS; the kernel's peak-RSS mark is reset (``echo 5 >
 /proc/self/clear_refs``, Linux >= 4.0), one call runs, and ``VmHWM - VmRSS(before)`` from
 ``/proc/self/status`` is the peak extra resident memory of that call (outputs, saved tensors,
 gradients, temporaries; inputs excluded). torch's profiler reports allocation totals, not a CPU
-peak, and tracemalloc does not see torch, hence RSS.
+peak, and tracemalloc does not see torch, hence RSS. (Machinery shared with the other op benchmarks:
+``scripts/_bench.py``.)
 
     python scripts/bench_light_conv.py [--out results/bench_light_conv.csv] [--repeats 5]
 """
@@ -22,18 +23,10 @@ peak, and tracemalloc does not see torch, hence RSS.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import os
-import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
+from _bench import Column, measure, print_table, ratio, run_case, serve_worker, setup_torch, spread, write_csv
+
 FIELDS = [
     'op',
     'kernel_size',
@@ -52,14 +45,17 @@ FIELDS = [
     'threads',
     'repeats',
 ]
-
-
-def _status_kb(key: str) -> int:
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(key + ':'):
-                return int(line.split()[1])
-    raise RuntimeError(f'{key} not found in /proc/self/status')
+COLUMNS = [
+    Column('op', 8, 'op', align='<'),
+    Column('K', 4, 'kernel_size'),
+    Column('mode', 8, 'mode', align='<', gap=2),
+    Column('impl', 8, 'impl', align='<'),
+    Column('median ms', 10, 'median_ms', '.1f'),
+    Column('min-max ms', 20, spread),
+    Column('peak MB', 10, 'peak_extra_mb', '.1f'),
+    Column('t/ours', 8, 'time_ratio_vs_ours', '.2f'),
+    Column('mem/ours', 9, 'mem_ratio_vs_ours', '.2f'),
+]
 
 
 def worker(case: dict) -> dict:
@@ -68,9 +64,7 @@ def worker(case: dict) -> dict:
 
     from mrconvnext.ops import light_conv as ops
 
-    if case['threads']:
-        torch.set_num_threads(case['threads'])
-    torch.manual_seed(0)
+    threads = setup_torch(case['threads'])
     B, C, L, H, K = case['B'], case['C'], case['L'], case['H'], case['K']
     train = case['mode'] == 'fwd+bwd'
     # In-place initialisation so that setup leaves no freed temporaries that could hide the peak.
@@ -94,48 +88,11 @@ def worker(case: dict) -> dict:
             with torch.no_grad():
                 fn(x, w, **kw)
 
-    for _ in range(case['warmup']):
-        call()
-    if case['phase'] == 'memory':
-        # After the warm-up, one-time costs (library code pages, oneDNN JIT) are not counted.
+    def drop_grads() -> None:
         x.grad = w.grad = None  # the measured call allocates its gradients afresh
-        rss_before = _status_kb('VmRSS')
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')  # reset the peak-RSS mark to the current RSS
-        call()
-        return {'peak_extra_mb': (_status_kb('VmHWM') - rss_before) / 1024}
 
-    times = []
-    for _ in range(case['repeats']):
-        t0 = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return {
-        'median_ms': statistics.median(times),
-        'min_ms': min(times),
-        'max_ms': max(times),
-        'threads': torch.get_num_threads(),
-    }
-
-
-def _spawn(case: dict, env: dict[str, str]) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, '--worker', json.dumps(case)], capture_output=True, text=True, env=env, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f'case {case} failed:\n{proc.stderr}')
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def run_case(case: dict) -> dict:
-    """Times the case with the default allocator, then measures its peak in a second process."""
-    result = _spawn(dict(case, phase='time'), dict(os.environ))
-    # A fixed glibc mmap threshold turns off the dynamic threshold, so every large buffer is
-    # mmap-ed and returned to the OS when freed: RSS then tracks the live tensors. (It also
-    # makes repeated large allocations slow, hence the separate timing process.)
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
-    result.update(_spawn(dict(case, phase='memory'), env))
-    return result
+    # After the warm-up, one-time costs (library code pages, oneDNN JIT) are not counted.
+    return dict(measure(case, call, drop_grads), threads=threads)
 
 
 def main() -> None:
@@ -155,7 +112,7 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        serve_worker(worker, args.worker)
         return
 
     base = {'B': args.batch, 'C': args.channels, 'L': args.size**2, 'H': args.heads}
@@ -175,7 +132,7 @@ def main() -> None:
                         warmup=args.warmup,
                         threads=args.threads,
                     )
-                    res[impl] = run_case(case)
+                    res[impl] = run_case(__file__, case)
                     print(f'  done {op} K={K} {mode} {impl}: {res[impl]["median_ms"]:.1f} ms', file=sys.stderr)
                 for impl in ('ours', 'unfold'):
                     r = res[impl]
@@ -189,37 +146,20 @@ def main() -> None:
                             'min_ms': round(r['min_ms'], 2),
                             'max_ms': round(r['max_ms'], 2),
                             'peak_extra_mb': round(r['peak_extra_mb'], 1),
-                            'time_ratio_vs_ours': round(r['median_ms'] / res['ours']['median_ms'], 2),
-                            'mem_ratio_vs_ours': round(r['peak_extra_mb'] / max(res['ours']['peak_extra_mb'], 1e-9), 2),
+                            'time_ratio_vs_ours': ratio(r['median_ms'], res['ours']['median_ms']),
+                            'mem_ratio_vs_ours': ratio(r['peak_extra_mb'], res['ours']['peak_extra_mb']),
                             **base,
                             'threads': r['threads'],
                             'repeats': args.repeats,
                         }
                     )
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open('w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-
+    out = write_csv(args.out, rows, FIELDS)
     print(
         f'B={base["B"]} C={base["C"]} L={base["L"]} H={base["H"]} threads={rows[0]["threads"]} '
         f'repeats={args.repeats}; peak = extra resident memory of one call (VmHWM - VmRSS)'
     )
-    header = (
-        f'{"op":<8}{"K":>4}  {"mode":<8}{"impl":<8}{"median ms":>10}{"min-max ms":>20}'
-        f'{"peak MB":>10}{"t/ours":>8}{"mem/ours":>9}'
-    )
-    print(header)
-    print('-' * len(header))
-    for r in rows:
-        spread = f'{r["min_ms"]:.1f}-{r["max_ms"]:.1f}'
-        print(
-            f'{r["op"]:<8}{r["kernel_size"]:>4}  {r["mode"]:<8}{r["impl"]:<8}{r["median_ms"]:>10.1f}{spread:>20}'
-            f'{r["peak_extra_mb"]:>10.1f}{r["time_ratio_vs_ours"]:>8.2f}{r["mem_ratio_vs_ours"]:>9.2f}'
-        )
+    print_table(rows, COLUMNS)
     print(f'wrote {out}')
 
 
