@@ -21,7 +21,6 @@ import contextlib
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
 from ._checks import check_mixer_input
@@ -60,14 +59,19 @@ def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, ba
         raise ValueError(f'{cls}: backend must be one of {TALK_BACKENDS}, got {backend!r}')
 
 
-def _predict_offsets(proj: nn.Linear, feats: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(proj(feats))`` in float32 or wider, outside autocast. ``(..., C) -> (..., out)``."""
-    dtype = torch.promote_types(feats.dtype, torch.float32)
-    device_type = feats.device.type
+def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(proj(x))`` at every position of channels-first ``x (B, C, L)`` -> ``(B, out, L)``.
+
+    In float32 or wider, outside autocast. A matmul on the channels-first layout avoids the
+    channels-last copy of ``x`` that ``F.linear`` on a transposed view would make.
+    """
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    device_type = x.device.type
     no_autocast = device_type in ('cpu', 'cuda')
     with torch.autocast(device_type, enabled=False) if no_autocast else contextlib.nullcontext():
-        bias = None if proj.bias is None else proj.bias.to(dtype)
-        logits = F.linear(feats.to(dtype), proj.weight.to(dtype), bias)
+        logits = torch.matmul(proj.weight.to(dtype), x.to(dtype))
+        if proj.bias is not None:
+            logits = logits + proj.bias.to(dtype).unsqueeze(-1)
     return torch.sigmoid(logits)
 
 
@@ -104,8 +108,8 @@ class TaLKConv1d(nn.Module):
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, L, 2)`` [left, right] in [0, 1] for input ``(B, C, L)``."""
         B, _, L = x.shape
-        off = _predict_offsets(self.offset_proj, x.transpose(1, 2))  # (B, L, 2H)
-        off = off.view(B, L, self.num_heads, 2).permute(0, 2, 1, 3)
+        off = _predict_offsets(self.offset_proj, x)  # (B, 2H, L)
+        off = off.view(B, self.num_heads, 2, L).transpose(2, 3)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -176,8 +180,8 @@ class TaLKConv2d(nn.Module):
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, H, W, 4)`` [left, right, top, bottom] for input ``(B, C, H, W)``."""
         B, _, H, W = x.shape
-        off = _predict_offsets(self.offset_proj, x.permute(0, 2, 3, 1))  # (B, H, W, 4 * heads)
-        off = off.view(B, H, W, self.num_heads, 4).permute(0, 3, 1, 2, 4)
+        off = _predict_offsets(self.offset_proj, x.reshape(B, -1, H * W))  # (B, 4 * heads, H * W)
+        off = off.view(B, self.num_heads, 4, H, W).permute(0, 1, 3, 4, 2)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
