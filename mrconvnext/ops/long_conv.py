@@ -156,11 +156,13 @@ _CHUNK_ELEMS = 1 << 19
 @torch.no_grad()
 def _fft_conv_chunked(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
     """Inference path: the same arithmetic as :func:`_fft_conv` in cache-sized chunks of channels, with the
-    product in place and the bias added while cropping; whole-tensor transforms are memory-bound here."""
+    product in place and the bias added while cropping; whole-tensor transforms are memory-bound here.
+    Strided (e.g. channels-last) inputs are gathered chunk by chunk, never copied whole."""
     B, C, L = x.shape
     stacked = k_f.dim() == 3
     N = k_f.shape[0] if stacked else 1
-    out = x.new_empty((B, N, C, L) if stacked else (B, C, L))
+    # keep the input's layout: a channels-last map stays channels-last, so the next LayerNorm needs no copy
+    out = x.new_empty((B, N, C, L)) if stacked else torch.empty_like(x)
     step = max(1, min(C, _CHUNK_ELEMS // n))
     for b in range(B):
         for c0 in range(0, C, step):
@@ -250,7 +252,7 @@ def long_conv1d(
         else:
             k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
             b = None if bias is None else bias.to(compute)
-            return _fft_conv_chunked(xc.contiguous(), k_f, n, b).to(out_dtype)
+            return _fft_conv_chunked(xc, k_f, n, b).to(out_dtype)
     if bias is not None:
         y = y + bias.to(y.dtype).unsqueeze(-1)
     return y.to(out_dtype)
