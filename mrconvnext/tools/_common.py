@@ -1,0 +1,301 @@
+"""Helpers shared by the workflow tools: devices, model creation, weights-only loading, result files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+import torch.nn as nn
+
+import mrconvnext
+
+__all__ = [
+    'setup_logging',
+    'default_device',
+    'is_zoo_model',
+    'zoo_kwargs',
+    'create_model',
+    'is_hub_dir',
+    'read_run_args',
+    'read_state_dict',
+    'load_weights',
+    'model_from_source',
+    'set_mixer_backend',
+    'write_results',
+    'read_results',
+    'CHECKPOINT_KEYS',
+    'evaluate',
+]
+
+_logger = logging.getLogger('mrconvnext.tools')
+
+# keys of a timm training checkpoint that hold a model state dict, in the order they are tried
+CHECKPOINT_KEYS = ('state_dict', 'model', 'module')
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Plain ``message`` logging of the tools' own loggers (``mrconvnext.*``) to stderr.
+
+    The root logger is left alone, so third-party INFO chatter (exporters, hub loading) stays quiet
+    unless the application configures it.
+    """
+    logger = logging.getLogger('mrconvnext')
+    logger.setLevel(level)
+    if not any(getattr(h, '_mrconvnext_tools', False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter('%(message)s'))
+        handler._mrconvnext_tools = True
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def default_device() -> str:
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def is_zoo_model(name: str) -> bool:
+    """True for models registered by this package (they accept ``img_size``, ``deploy``, ...)."""
+    return name in set(mrconvnext.models.list_models())
+
+
+def zoo_kwargs(name: str, img_size: int | None) -> dict[str, Any]:
+    """Extra ``create_model`` kwargs for zoo models: the nominal ``img_size`` that sizes the mixers."""
+    if img_size is not None and is_zoo_model(name):
+        return {'img_size': img_size}
+    return {}
+
+
+def create_model(
+    name: str,
+    *,
+    pretrained: bool = False,
+    num_classes: int | None = None,
+    img_size: int | None = None,
+    drop_rate: float | None = None,
+    drop_path_rate: float | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> nn.Module:
+    """``timm.create_model`` with the zoo's ``img_size`` passed where the model takes it."""
+    kwargs: dict[str, Any] = dict(model_kwargs or {})
+    kwargs.update(zoo_kwargs(name, img_size))
+    if num_classes is not None:
+        kwargs['num_classes'] = num_classes
+    if drop_rate is not None:
+        kwargs['drop_rate'] = drop_rate
+    if drop_path_rate is not None:
+        kwargs['drop_path_rate'] = drop_path_rate
+    kwargs.update(extra)
+    return timm.create_model(name, pretrained=pretrained, **kwargs)
+
+
+def is_hub_dir(path: str | os.PathLike) -> bool:
+    """A ``save_for_hf`` directory: ``config.json`` next to the weights."""
+    p = Path(path)
+    return p.is_dir() and (p / 'config.json').is_file()
+
+
+def read_run_args(checkpoint: str | os.PathLike | None) -> dict[str, Any]:
+    """The training arguments (``args.yaml``) written by ``mrconvnext-train`` next to a checkpoint, or ``{}``."""
+    if not checkpoint:
+        return {}
+    p = Path(checkpoint)
+    f = (p if p.is_dir() else p.parent) / 'args.yaml'
+    if not f.is_file():
+        return {}
+    import yaml
+
+    with open(f) as fh:
+        data = yaml.safe_load(fh)
+    return data if isinstance(data, dict) else {}
+
+
+def read_state_dict(path: str | os.PathLike, use_ema: bool = False) -> tuple[dict[str, torch.Tensor], str]:
+    """A model state dict from a ``.safetensors`` file or a ``torch.save`` file, never unpickling objects.
+
+    ``torch.save`` files are read with ``torch.load(weights_only=True)``. A timm training checkpoint
+    gives its ``state_dict`` (``state_dict_ema`` with ``use_ema``). Returns the state dict and the key
+    it came from (``''`` for a bare state dict).
+    """
+    from timm.models import clean_state_dict
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'no checkpoint file at {path}')
+    if path.endswith('.safetensors'):
+        from safetensors.torch import load_file
+
+        return dict(load_file(path)), ''
+    ckpt = torch.load(path, map_location='cpu', weights_only=True)
+    if not isinstance(ckpt, Mapping):
+        raise ValueError(f'{path} does not hold a state dict')
+    keys = (('state_dict_ema', 'model_ema') if use_ema else ()) + CHECKPOINT_KEYS
+    for key in keys:
+        if isinstance(ckpt.get(key), Mapping):
+            return clean_state_dict(dict(ckpt[key])), key
+    if use_ema:
+        raise ValueError(f'{path} has no EMA weights (state_dict_ema)')
+    if all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        return clean_state_dict(dict(ckpt)), ''
+    raise ValueError(f'{path} holds neither a state dict nor a timm training checkpoint')
+
+
+def load_weights(model: nn.Module, path: str | os.PathLike, use_ema: bool = False) -> str:
+    """Load a checkpoint (strictly) into ``model``; returns the checkpoint key used."""
+    sd, key = read_state_dict(path, use_ema=use_ema)
+    model.load_state_dict(sd, strict=True)
+    return key
+
+
+def model_from_source(
+    model: str | None,
+    checkpoint: str | None = None,
+    *,
+    use_ema: bool = False,
+    pretrained: bool = False,
+    num_classes: int | None = None,
+    img_size: int | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Build the model a tool works on and load its weights.
+
+    ``model`` is a timm name (``mrconvnext_t``), a ``local-dir:`` / ``hf-hub:`` source, or empty when
+    ``checkpoint`` says what to build: a ``save_for_hf`` directory (loaded as ``local-dir:``), or a
+    training checkpoint / ``.safetensors`` file next to the ``args.yaml`` of its run, which supplies
+    the model name, class count, image size and model kwargs unless given here.
+
+    Returns the model (eval mode) and a dict describing where it came from (``model``, ``checkpoint``,
+    ``checkpoint_key``, ``run_args``).
+    """
+    info: dict[str, Any] = {'checkpoint': checkpoint or '', 'checkpoint_key': ''}
+    if checkpoint and is_hub_dir(checkpoint):
+        if model and not model.startswith('local-dir:'):
+            _logger.info(f'{checkpoint} is a hub directory: building the model it describes, not {model}')
+        model, checkpoint = 'local-dir:' + os.fspath(checkpoint), None
+        info['checkpoint'] = ''
+    run_args = read_run_args(checkpoint)
+    info['run_args'] = run_args
+    if not model:
+        model = run_args.get('model')
+        if not model:
+            raise ValueError('give --model, or a checkpoint written by mrconvnext-train (with args.yaml beside it)')
+    if num_classes is None:
+        num_classes = run_args.get('num_classes')
+    if img_size is None:
+        img_size = run_args.get('img_size')
+    kwargs = dict(run_args.get('model_kwargs') or {})
+    kwargs.update(model_kwargs or {})
+    hub = model.startswith(('local-dir:', 'hf-hub:'))
+    if hub:
+        # the directory's config.json rebuilds the model (its deploy flag and img_size included)
+        net = timm.create_model(model, pretrained=True, **kwargs)
+    else:
+        net = create_model(
+            model, pretrained=pretrained, num_classes=num_classes, img_size=img_size, model_kwargs=kwargs
+        )
+    if checkpoint:
+        info['checkpoint_key'] = load_weights(net, checkpoint, use_ema=use_ema)
+    info['model'] = model
+    info['img_size'] = img_size
+    return net.eval(), info
+
+
+def set_mixer_backend(model: nn.Module, backend: str) -> int:
+    """Set ``backend`` on every MRConv mixer of ``model`` (e.g. ``'direct'`` for plain-conv export)."""
+    from mrconvnext.layers import MRConv1d
+
+    n = 0
+    for m in model.modules():
+        if isinstance(m, MRConv1d):
+            m.backend = backend
+            n += 1
+    return n
+
+
+def write_results(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> Path:
+    """Write one result (a dict) or a list of them as JSON (``.json``) or CSV (any other suffix)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(rows, Mapping):
+        rows = [rows]
+    rows = [dict(r) for r in rows]
+    if path.suffix == '.json':
+        path.write_text(json.dumps(rows if len(rows) != 1 else rows[0], indent=2, default=str) + '\n')
+        return path
+    fields: list[str] = []
+    for r in rows:
+        fields.extend(k for k in r if k not in fields)
+    with open(path, 'w', newline='') as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a JSON (one dict or a list) or CSV results file written by :func:`write_results`."""
+    path = Path(path)
+    if path.suffix == '.json':
+        data = json.loads(path.read_text())
+        return data if isinstance(data, list) else [data]
+    with open(path, newline='') as f:
+        return list(csv.DictReader(f))
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable,
+    device: torch.device | str,
+    amp_autocast=None,
+    distributed: bool = False,
+    *,
+    progress: bool = False,
+    desc: str = 'eval',
+    channels_last: bool = False,
+) -> dict[str, float]:
+    """Top-1 / top-5 accuracy (percent) and mean cross-entropy over a loader.
+
+    Counts are summed (and, when ``distributed``, all-reduced) exactly, so the result is the accuracy
+    over the samples seen, not an average of per-batch averages. Returns ``loss``, ``top1``,
+    ``top5`` and ``samples``.
+    """
+    from contextlib import suppress
+
+    from tqdm import tqdm
+
+    amp_autocast = amp_autocast or suppress
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss sum, top1, top5, n
+    for x, y in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True, mininterval=1.0):
+        x, y = x.to(device), y.to(device)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with amp_autocast():
+            out = model(x)
+        out = out.float()
+        k = min(5, out.shape[-1])
+        topk = out.topk(k, dim=-1).indices
+        hit = topk == y.unsqueeze(-1)
+        totals[0] += torch.nn.functional.cross_entropy(out, y, reduction='sum').double()
+        totals[1] += hit[:, :1].sum()
+        totals[2] += hit.sum()
+        totals[3] += y.numel()
+    if distributed:
+        torch.distributed.all_reduce(totals)
+    model.train(was_training)
+    n = max(totals[3].item(), 1.0)
+    return {
+        'loss': totals[0].item() / n,
+        'top1': 100.0 * totals[1].item() / n,
+        'top5': 100.0 * totals[2].item() / n,
+        'samples': int(totals[3].item()),
+    }

@@ -1,0 +1,209 @@
+"""Export a trained model: reparameterize it, write a timm hub directory, optionally ONNX.
+
+    mrconvnext-export --checkpoint run/model_best.pth.tar --output exported/
+    mrconvnext-export --checkpoint run/model_best.pth.tar --output exported/ --onnx      # + exported/model.onnx
+
+Steps:
+
+1. Build the model and load the weights (as ``mrconvnext-validate`` does: a training checkpoint with
+   its ``args.yaml``, a state-dict / ``.safetensors`` file with ``--model``, or a hub directory).
+2. Reparameterize (``timm.utils.reparameterize_model``: every MRConv mixer becomes one long kernel);
+   ``--no-reparam`` keeps the branches. The branched and the exported outputs are compared.
+3. ``timm.models.save_for_hf(model, DIR, safe_serialization=True)``: ``model.safetensors`` +
+   ``config.json`` (architecture, ``model_args`` with ``deploy=True`` and ``img_size``, and the
+   preprocessing of the training run). The directory is reloaded with
+   ``timm.create_model('local-dir:DIR', pretrained=True)`` (``import mrconvnext`` first) and its logits
+   are compared with the in-memory model's.
+4. ``--onnx``: every MRConv mixer is switched to the ``direct`` backend (a grouped ``Conv`` instead of
+   FFTs, same result), the model is exported with ``torch.onnx.export`` (batch axis dynamic; the
+   spatial size is fixed at export because the kernels are cropped to the feature-map length), and
+   onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
+   difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
+   TaLK models cannot be exported: their windows are a custom autograd op with no ONNX symbolic.
+   Branched MRConv models with Fourier kernels (``--no-reparam``) cannot either: their kernels come
+   from complex FFTs at every forward. LightConv / DynamicConv models export with the dynamo exporter
+   (not with the TorchScript one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from timm.utils import ParseKwargs, reparameterize_model
+
+from . import _common
+
+__all__ = ['main', 'run', 'build_parser', 'export_onnx']
+
+_logger = logging.getLogger('mrconvnext.export')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-export'
+    )
+    p.add_argument('--model', '-m', default='', help='timm name, local-dir:DIR or hf-hub:NAME')
+    p.add_argument('--checkpoint', default='', help='training checkpoint, state-dict file or hub directory')
+    p.add_argument('--use-ema', action='store_true', help='export the EMA weights of a training checkpoint')
+    p.add_argument('--num-classes', type=int, default=None)
+    p.add_argument('--img-size', type=int, default=None)
+    p.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
+    p.add_argument('--output', '-o', required=True, help='hub directory to write')
+    p.add_argument('--no-reparam', action='store_true', help='export the branched model')
+    p.add_argument('--onnx', nargs='?', const='model.onnx', default=None, help='also write ONNX (file in --output)')
+    p.add_argument('--onnx-opset', type=int, default=18)
+    p.add_argument(
+        '--onnx-exporter', choices=('auto', 'dynamo', 'torchscript'), default='auto', help='auto: dynamo if available'
+    )
+    p.add_argument('--onnx-atol', type=float, default=1e-4, help='largest allowed |onnxruntime - torch| logit diff')
+    p.add_argument('--check-batch', type=int, default=4, help='batch size of the comparison inputs')
+    p.add_argument('--seed', type=int, default=0)
+    return p
+
+
+def _input_size(model: torch.nn.Module, img_size: int | None) -> tuple[int, int, int]:
+    if img_size:
+        return (3, img_size, img_size)
+    own = getattr(model, 'img_size', None)
+    if own:
+        return (3, *own)
+    return tuple(model.pretrained_cfg.get('input_size', (3, 224, 224)))
+
+
+def export_onnx(
+    model: torch.nn.Module, path: str | Path, example: torch.Tensor, opset: int = 18, exporter: str = 'auto'
+) -> str:
+    """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used.
+
+    MRConv mixers are switched to the ``direct`` backend (on a copy) so the graph is plain ``Conv``.
+    """
+    from mrconvnext.layers import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
+
+    if any(isinstance(m, (TaLKConv1d, TaLKConv2d, TaLKConvFlat2d)) for m in model.modules()):
+        raise NotImplementedError(
+            'TaLK mixers cannot be exported to ONNX: their summed-area windows are a custom autograd op '
+            '(torch.autograd.Function with native kernels) that has no ONNX symbolic'
+        )
+    from mrconvnext.layers import FourierKernel
+
+    if any(isinstance(m, FourierKernel) for m in model.modules()):
+        raise NotImplementedError(
+            'branched MRConv mixers build their Fourier kernels at every forward with complex FFTs '
+            '(view_as_complex + irfft), which ONNX cannot express: export the reparameterized model '
+            '(drop --no-reparam); its merged kernels are plain tensors'
+        )
+    model = copy.deepcopy(model).eval()
+    _common.set_mixer_backend(model, 'direct')
+    if exporter == 'auto':
+        try:
+            import onnxscript  # noqa: F401
+
+            exporter = 'dynamo'
+        except ImportError:
+            exporter = 'torchscript'
+    kwargs: dict[str, Any] = dict(input_names=['input'], output_names=['logits'], opset_version=opset)
+    if exporter == 'dynamo':
+        kwargs.update(dynamo=True, dynamic_shapes=({0: torch.export.Dim('batch')},), external_data=False, verbose=False)
+    else:
+        kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
+    import warnings
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter('ignore')  # tracer warnings about the (constant) input-size checks
+        torch.onnx.export(model, (example,), str(path), **kwargs)
+    return exporter
+
+
+def _onnx_check(path: Path, model: torch.nn.Module, x: torch.Tensor) -> float:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        ref = model(x)
+    return float((torch.from_numpy(y) - ref).abs().max())
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Export; returns a dict of paths and the measured differences."""
+    _common.setup_logging()
+    args = build_parser().parse_args(argv)
+    torch.manual_seed(args.seed)
+    model, info = _common.model_from_source(
+        args.model,
+        args.checkpoint or None,
+        use_ema=args.use_ema,
+        num_classes=args.num_classes,
+        img_size=args.img_size,
+        model_kwargs=args.model_kwargs,
+    )
+    run = info.get('run_args') or {}
+    input_size = _input_size(model, args.img_size or run.get('img_size'))
+    x = torch.randn(args.check_batch, *input_size)
+    with torch.no_grad():
+        y_branched = model(x)
+    if not args.no_reparam:
+        model = reparameterize_model(model)
+    with torch.no_grad():
+        y_model = model(x)
+    result: dict[str, Any] = {
+        'model': info['model'],
+        'checkpoint': info['checkpoint'],
+        'reparam': not args.no_reparam,
+        'deployed': bool(getattr(model, 'is_deployed', lambda: False)()),
+        'input_size': list(input_size),
+        'reparam_max_abs_diff': float((y_model - y_branched).abs().max()),
+    }
+
+    out = Path(args.output)
+    data_config = {'input_size': input_size}
+    for key in ('crop_pct', 'mean', 'std', 'interpolation'):
+        if run.get(key):
+            data_config[key] = run[key]
+    timm.models.save_for_hf(model, out, safe_serialization=True, data_config=data_config)
+    reloaded = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+    with torch.no_grad():
+        y_reloaded = reloaded(x)
+    result['hub_dir'] = str(out)
+    result['hub_max_abs_diff'] = float((y_reloaded - y_model).abs().max())
+    _logger.info(
+        f'{out}: model.safetensors + config.json ({"reparameterized" if result["reparam"] else "branched"}); '
+        f'|reparam - branched| max {result["reparam_max_abs_diff"]:.2e}, '
+        f'|local-dir reload - model| max {result["hub_max_abs_diff"]:.2e}'
+    )
+
+    if args.onnx:
+        onnx_path = Path(args.onnx)
+        if not onnx_path.is_absolute() and onnx_path.parent == Path('.'):
+            onnx_path = out / onnx_path
+        result['onnx_exporter'] = export_onnx(model, onnx_path, x, args.onnx_opset, args.onnx_exporter)
+        result['onnx'] = str(onnx_path)
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            _logger.info(f'{onnx_path}: written; onnxruntime is not installed, so it was not checked')
+        else:
+            x2 = torch.randn(args.check_batch + 1, *input_size)  # another batch size: the batch axis is dynamic
+            diff = _onnx_check(onnx_path, model, x2)
+            result['onnx_max_abs_diff'] = diff
+            result['onnx_atol'] = args.onnx_atol
+            _logger.info(f'{onnx_path}: onnxruntime vs torch max |diff| {diff:.2e} (tolerance {args.onnx_atol:g})')
+            if not diff <= args.onnx_atol:
+                raise SystemExit(f'ONNX output differs from PyTorch by {diff:.3e} > {args.onnx_atol:g}')
+    _common.write_results(out / 'export.json', result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point (``mrconvnext-export``): :func:`run` without a return value."""
+    run(argv)
+
+
+if __name__ == '__main__':
+    main()

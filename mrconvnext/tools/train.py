@@ -1,0 +1,687 @@
+"""Train a model of the zoo (or any timm model) on ImageNet or any timm data set.
+
+    mrconvnext-train --data-dir /data/imagenet --model mrconvnext_t            # the paper's recipe
+    torchrun --nproc_per_node 8 -m mrconvnext.tools.train --data-dir ... --model mrconvnext_t --sync-bn
+
+Built on timm's library: ``create_dataset`` / ``create_loader`` (RandAugment, random erasing),
+``Mixup``, ``create_optimizer_v2``, ``create_scheduler_v2``, ``ModelEmaV3``, AMP and
+``CheckpointSaver``. Flags are named as in timm's ``train.py``.
+
+Defaults: the ConvNeXt ImageNet recipe the paper trained with (§5.4, App. D.5): AdamW, learning
+rate 4e-3 at a global batch of 4096 scaled linearly to the actual global batch, weight decay 0.05,
+300 epochs with 20 warm-up epochs and a per-update cosine schedule down to 1e-6, RandAugment
+``rand-m9-mstd0.5-inc1``, Mixup 0.8 / CutMix 1.0, label smoothing 0.1, random erasing 0.25,
+bicubic training interpolation, EMA of the weights (decay 0.9999) and stochastic depth per size
+(ConvNeXt paper: T 0.1, S 0.4, B 0.5; our choice for the small sizes: atto/femto/pico 0.0, nano 0.1).
+
+Kernel parameters (App. D.1.1): the long-kernel tensors (``model.mixer_kernel_parameter_names()``:
+Fourier modes, sparse / dilated / dense taps, or the merged kernel of a deployed model) form their
+own parameter group with no weight decay and their own learning rate ``--kernel-lr``; by default
+``--kernel-lr-base 1e-3`` at the same base batch, scaled like ``--lr`` (the paper gives no ImageNet
+value; 1e-3 is our choice, 4x below the global rate). The other names in ``model.no_weight_decay()``
+(the branch weights alpha) and all 1-D tensors get the global rate without weight decay; everything
+else gets both. Models without these methods (timm's own ConvNeXt) get timm's default groups.
+
+Outputs in ``--output/--experiment``: ``args.yaml``, ``summary.csv`` and ``summary.jsonl`` (one row per
+epoch), ``last.pth.tar``, ``model_best.pth.tar`` and the ``checkpoint-N.pth.tar`` history
+(timm's CheckpointSaver). ``--resume`` reads a checkpoint with ``torch.load(weights_only=True)`` and
+continues with the epoch after the saved one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import math
+import time
+from collections import OrderedDict
+from contextlib import suppress
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import yaml
+from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
+from timm.data.mixup import FastCollateMixup
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.models import clean_state_dict
+from timm.optim import create_optimizer_v2, optimizer_kwargs
+from timm.scheduler import create_scheduler_v2, scheduler_kwargs
+from timm.utils import (
+    CheckpointSaver,
+    ModelEmaV3,
+    NativeScaler,
+    ParseKwargs,
+    dispatch_clip_grad,
+    distribute_bn,
+    init_distributed_device,
+    random_seed,
+    update_summary,
+)
+
+from . import _common
+from ._common import evaluate
+from ._compat import patch_timm_posterize
+from .sync_bn import convert_sync_batchnorm
+
+__all__ = ['main', 'run', 'build_parser', 'kernel_param_groups', 'default_drop_path', 'DROP_PATH']
+
+_logger = logging.getLogger('mrconvnext.train')
+
+# stochastic depth by model size: ConvNeXt paper for T/S/B; our choice for the small sizes
+DROP_PATH = {
+    'atto': 0.0,
+    'femto': 0.0,
+    'pico': 0.0,
+    'nano': 0.1,
+    't': 0.1,
+    'tiny': 0.1,
+    's': 0.4,
+    'small': 0.4,
+    'b': 0.5,
+    'base': 0.5,
+}
+
+
+def default_drop_path(model: str) -> float | None:
+    """Stochastic depth rate of the recipe for a model name ending in a ConvNeXt size, else ``None``."""
+    return DROP_PATH.get(model.rsplit('_', 1)[-1].split('.')[0])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-train'
+    )
+    p.add_argument('-c', '--config', default='', metavar='FILE', help='YAML file of flag defaults (timm style)')
+    p.add_argument('data', nargs='?', metavar='DIR', help='data set root (same as --data-dir)')
+    g = p.add_argument_group('Dataset')
+    g.add_argument('--data-dir', metavar='DIR', help='data set root (ImageFolder with train/ and val/)')
+    g.add_argument('--dataset', metavar='NAME', default='', help='timm dataset "<type>/<name>" (default: folder)')
+    g.add_argument('--train-split', default='train', metavar='NAME')
+    g.add_argument('--val-split', default='validation', metavar='NAME', help="'' skips evaluation")
+    g.add_argument('--dataset-download', action='store_true', help='allow torch/ and tfds/ data sets to download')
+    g.add_argument('--class-map', default='', metavar='FILENAME')
+
+    g = p.add_argument_group('Model')
+    g.add_argument('--model', default='mrconvnext_t', metavar='MODEL')
+    g.add_argument('--pretrained', action='store_true')
+    g.add_argument('--initial-checkpoint', default='', metavar='PATH', help='weights to start from (weights only)')
+    g.add_argument('--resume', default='', metavar='PATH', help='resume model, optimizer, EMA and epoch')
+    g.add_argument('--no-resume-opt', action='store_true', help='resume the model but not the optimizer state')
+    g.add_argument('--num-classes', type=int, default=None, metavar='N', help="default: the data set's classes")
+    g.add_argument('--img-size', type=int, default=None, metavar='N', help="input size; sizes the zoo's mixers too")
+    g.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N')
+    g.add_argument('--crop-pct', default=None, type=float, metavar='PCT', help='validation centre-crop fraction')
+    g.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN')
+    g.add_argument('--std', type=float, nargs='+', default=None, metavar='STD')
+    g.add_argument('--interpolation', default='', metavar='NAME')
+    g.add_argument('-b', '--batch-size', type=int, default=128, metavar='N', help='per-process batch size')
+    g.add_argument('-vb', '--validation-batch-size', type=int, default=None, metavar='N')
+    g.add_argument('--channels-last', action='store_true')
+    g.add_argument('--grad-checkpointing', action='store_true')
+    g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='extra create_model kwargs')
+
+    g = p.add_argument_group('Device')
+    g.add_argument('--device', default=_common.default_device())
+    g.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
+    g.add_argument('--amp-dtype', default='float16', help='float16 or bfloat16 (default: float16; CPU: bfloat16)')
+    g.add_argument('--no-ddp-bb', action='store_true', help='DDP without buffer broadcast')
+    g.add_argument('--local_rank', default=0, type=int)
+    g.add_argument('--device-modules', default=None, nargs='+', help='modules to import first')
+    g.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
+
+    g = p.add_argument_group('Optimizer')
+    g.add_argument('--opt', default='adamw', metavar='OPTIMIZER')
+    g.add_argument('--opt-eps', default=None, type=float)
+    g.add_argument('--opt-betas', default=None, type=float, nargs='+')
+    g.add_argument('--momentum', type=float, default=0.9)
+    g.add_argument('--weight-decay', type=float, default=0.05)
+    g.add_argument('--clip-grad', type=float, default=None, metavar='NORM')
+    g.add_argument('--clip-mode', default='norm', help='norm, value or agc')
+    g.add_argument('--kernel-lr', type=float, default=None, help='learning rate of the long-kernel parameters')
+    g.add_argument('--kernel-lr-base', type=float, default=1e-3, help='kernel lr at --lr-base-size (default 1e-3)')
+    g.add_argument('--kernel-weight-decay', type=float, default=0.0, help='weight decay of the kernel parameters')
+
+    g = p.add_argument_group('Learning rate schedule')
+    g.add_argument('--sched', default='cosine', metavar='SCHEDULER')
+    g.add_argument(
+        '--sched-on-updates', action=argparse.BooleanOptionalAction, default=True, help='step per update (default)'
+    )
+    g.add_argument('--lr', type=float, default=None, help='learning rate; default from --lr-base')
+    g.add_argument('--lr-base', type=float, default=4e-3, help='lr at --lr-base-size (default 4e-3)')
+    g.add_argument('--lr-base-size', type=int, default=4096, help='global batch of --lr-base (default 4096)')
+    g.add_argument('--lr-base-scale', default='linear', help='linear or sqrt (default: linear)')
+    g.add_argument('--warmup-lr', type=float, default=0.0)
+    g.add_argument('--min-lr', type=float, default=1e-6)
+    g.add_argument('--epochs', type=int, default=300)
+    g.add_argument('--start-epoch', default=None, type=int)
+    g.add_argument('--decay-milestones', default=[90, 180, 270], type=int, nargs='+')
+    g.add_argument('--decay-epochs', type=float, default=90)
+    g.add_argument('--warmup-epochs', type=int, default=20)
+    g.add_argument('--warmup-prefix', action='store_true')
+    g.add_argument('--cooldown-epochs', type=int, default=0)
+    g.add_argument('--patience-epochs', type=int, default=10)
+    g.add_argument('--decay-rate', '--dr', type=float, default=0.1)
+
+    g = p.add_argument_group('Augmentation and regularization')
+    g.add_argument('--no-aug', action='store_true')
+    g.add_argument('--scale', type=float, nargs='+', default=[0.08, 1.0])
+    g.add_argument('--ratio', type=float, nargs='+', default=[3.0 / 4.0, 4.0 / 3.0])
+    g.add_argument('--hflip', type=float, default=0.5)
+    g.add_argument('--vflip', type=float, default=0.0)
+    g.add_argument('--color-jitter', type=float, default=0.4)
+    g.add_argument('--aa', default='rand-m9-mstd0.5-inc1', help="RandAugment / AutoAugment policy; 'none' disables")
+    g.add_argument('--reprob', type=float, default=0.25)
+    g.add_argument('--remode', default='pixel')
+    g.add_argument('--recount', type=int, default=1)
+    g.add_argument('--mixup', type=float, default=0.8)
+    g.add_argument('--cutmix', type=float, default=1.0)
+    g.add_argument('--cutmix-minmax', type=float, nargs='+', default=None)
+    g.add_argument('--mixup-prob', type=float, default=1.0)
+    g.add_argument('--mixup-switch-prob', type=float, default=0.5)
+    g.add_argument('--mixup-mode', default='batch')
+    g.add_argument('--mixup-off-epoch', default=0, type=int)
+    g.add_argument('--smoothing', type=float, default=0.1)
+    g.add_argument('--train-interpolation', default='bicubic')
+    g.add_argument('--drop', type=float, default=0.0)
+    g.add_argument('--drop-path', type=float, default=None, help='default: per model size (see the module doc)')
+
+    g = p.add_argument_group('BatchNorm (the MRConv branch BatchNorms)')
+    g.add_argument('--sync-bn', action='store_true', help='synchronize BatchNorm statistics across processes')
+    g.add_argument('--dist-bn', default='reduce', help="after each epoch: 'reduce', 'broadcast' or ''")
+
+    g = p.add_argument_group('Model EMA')
+    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, default=True, help='EMA of the weights')
+    g.add_argument('--model-ema-decay', type=float, default=0.9999)
+    g.add_argument('--model-ema-warmup', action='store_true')
+
+    g = p.add_argument_group('Misc')
+    g.add_argument('--seed', type=int, default=42)
+    g.add_argument('--log-interval', type=int, default=50, help='progress-bar update interval (steps)')
+    g.add_argument('--checkpoint-hist', type=int, default=10)
+    g.add_argument('-j', '--workers', type=int, default=4)
+    g.add_argument('--pin-mem', action='store_true')
+    g.add_argument('--no-prefetcher', action='store_true', help='(the prefetcher is only used on CUDA)')
+    g.add_argument('--output', default='', metavar='PATH', help='output root (default: ./output/train)')
+    g.add_argument('--experiment', default='', metavar='NAME', help='run directory name under --output')
+    g.add_argument('--eval-metric', default='top1', help='top1, top5 or loss: ranks checkpoints')
+    g.add_argument('--no-progress', action='store_true', help='no progress bar')
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    pre, _ = parser.parse_known_args(argv)
+    if pre.config:
+        with open(pre.config) as f:
+            parser.set_defaults(**yaml.safe_load(f))
+    args = parser.parse_args(argv)
+    args.data_dir = args.data_dir or args.data
+    if args.aa and args.aa.lower() == 'none':
+        args.aa = None
+    return args
+
+
+def kernel_param_groups(
+    model: nn.Module, weight_decay: float, kernel_lr: float, kernel_weight_decay: float = 0.0
+) -> list[dict[str, Any]] | None:
+    """Parameter groups with the long kernels apart (App. D.1.1), or ``None`` for timm's defaults.
+
+    Groups: ``decay`` (weight decay, global lr), ``no_decay`` (1-D tensors, biases and the names in
+    ``model.no_weight_decay()`` other than kernels: global lr, no decay), ``kernel`` (the names in
+    ``model.mixer_kernel_parameter_names()``: ``kernel_lr``, ``kernel_weight_decay``). Empty groups are
+    dropped. Returns ``None`` when the model has no ``mixer_kernel_parameter_names``.
+    """
+    if not hasattr(model, 'mixer_kernel_parameter_names'):
+        return None
+    kernel_names = set(model.mixer_kernel_parameter_names())
+    no_wd = set(model.no_weight_decay()) if hasattr(model, 'no_weight_decay') else set()
+    decay, no_decay, kernel = [], [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name in kernel_names:
+            kernel.append(param)
+        elif param.ndim <= 1 or name.endswith('.bias') or name in no_wd:
+            no_decay.append(param)
+        else:
+            decay.append(param)
+    groups = [
+        {'name': 'decay', 'params': decay, 'weight_decay': weight_decay},
+        {'name': 'no_decay', 'params': no_decay, 'weight_decay': 0.0},
+        {'name': 'kernel', 'params': kernel, 'weight_decay': kernel_weight_decay, 'lr': kernel_lr},
+    ]
+    return [g for g in groups if g['params']]
+
+
+def _scaled_lr(base: float, args: argparse.Namespace) -> float:
+    ratio = args.batch_size * args.world_size / args.lr_base_size
+    if args.lr_base_scale == 'sqrt':
+        ratio = math.sqrt(ratio)
+    elif args.lr_base_scale != 'linear':
+        raise ValueError(f"--lr-base-scale must be 'linear' or 'sqrt', got {args.lr_base_scale!r}")
+    return base * ratio
+
+
+def _group_lr(optimizer: torch.optim.Optimizer, name: str) -> float | None:
+    for g in optimizer.param_groups:
+        if g.get('name') == name:
+            return g['lr']
+    return None
+
+
+def _output_dir(args: argparse.Namespace) -> Path:
+    if args.resume and not args.output and not args.experiment:
+        return Path(args.resume).resolve().parent  # continue in the run's own directory
+    root = Path(args.output or './output/train')
+    name = args.experiment or '-'.join(
+        [datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_'), str(args.input_size_resolved)]
+    )
+    return root / name
+
+
+def _amp(args: argparse.Namespace, device: torch.device):
+    if not args.amp:
+        return suppress, None
+    dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' or device.type == 'cpu' else torch.float16
+    scaler = NativeScaler(device=device.type) if device.type == 'cuda' and dtype == torch.float16 else None
+    return partial(torch.autocast, device_type=device.type, dtype=dtype), scaler
+
+
+def train_one_epoch(
+    epoch: int,
+    model: nn.Module,
+    loader,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    args: argparse.Namespace,
+    device: torch.device,
+    lr_scheduler,
+    amp_autocast,
+    loss_scaler,
+    model_ema,
+    mixup_fn,
+    num_updates: int,
+    primary: bool,
+) -> tuple[OrderedDict, int]:
+    from tqdm import tqdm
+
+    if args.mixup_off_epoch and epoch >= args.mixup_off_epoch:
+        if args.prefetcher and getattr(loader, 'mixup_enabled', False):
+            loader.mixup_enabled = False
+        elif mixup_fn is not None:
+            mixup_fn.mixup_enabled = False
+    model.train()
+    unwrapped = model.module if hasattr(model, 'module') else model
+    loss_sum = torch.zeros((), device=device)
+    n_seen = 0
+    window_t0, window_n = time.perf_counter(), 0
+    t0 = time.perf_counter()
+    bar = tqdm(
+        loader,
+        desc=f'train {epoch}/{args.epochs - 1}',
+        disable=not primary or args.no_progress,
+        leave=False,
+        dynamic_ncols=True,
+        mininterval=1.0,
+    )
+    for step, (x, y) in enumerate(bar):
+        if not args.prefetcher:
+            x, y = x.to(device), y.to(device)
+            if mixup_fn is not None:
+                x, y = mixup_fn(x, y)
+        if args.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with amp_autocast():
+            loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        if loss_scaler is not None:
+            loss_scaler(
+                loss, optimizer, clip_grad=args.clip_grad, clip_mode=args.clip_mode, parameters=model.parameters()
+            )
+        else:
+            loss.backward()
+            if args.clip_grad is not None:
+                dispatch_clip_grad(model.parameters(), value=args.clip_grad, mode=args.clip_mode)
+            optimizer.step()
+        num_updates += 1
+        if model_ema is not None:
+            model_ema.update(unwrapped, step=num_updates)
+        loss_sum += loss.detach() * x.shape[0]
+        n_seen += x.shape[0]
+        window_n += x.shape[0]
+        if lr_scheduler is not None:
+            lr_scheduler.step_update(num_updates=num_updates)
+        if (step + 1) % args.log_interval == 0 or step + 1 == len(loader):
+            now = time.perf_counter()
+            rate = window_n * args.world_size / max(now - window_t0, 1e-9)
+            window_t0, window_n = now, 0
+            bar.set_postfix(
+                loss=f'{loss_sum.item() / n_seen:.4f}', lr=f'{optimizer.param_groups[0]["lr"]:.2e}', img_s=f'{rate:.1f}'
+            )
+    elapsed = time.perf_counter() - t0
+    stats = torch.stack([loss_sum, torch.tensor(float(n_seen), device=device)])
+    if args.distributed:
+        torch.distributed.all_reduce(stats)
+    metrics = OrderedDict(
+        loss=(stats[0] / stats[1].clamp_min(1)).item(), img_s=stats[1].item() / max(elapsed, 1e-9), time_s=elapsed
+    )
+    return metrics, num_updates
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run training; returns ``output_dir``, ``best_metric``, ``best_epoch``, ``last_epoch``, ``eval_metrics``
+    (of the last epoch) and ``model`` (the trained, unwrapped model of this process)."""
+    _common.setup_logging()
+    args = parse_args(argv)
+    for module in args.device_modules or []:
+        importlib.import_module(module)
+    if not args.data_dir and not args.dataset:
+        raise SystemExit('mrconvnext-train: give --data-dir (an ImageFolder root) or --dataset')
+
+    device = init_distributed_device(args)
+    primary = args.rank == 0
+    args.prefetcher = device.type == 'cuda' and not args.no_prefetcher
+
+    # data sets first: an ImageFolder tells the class count
+    ds_kwargs = dict(class_map=args.class_map, download=args.dataset_download, batch_size=args.batch_size)
+    dataset_train = create_dataset(
+        args.dataset, root=args.data_dir, split=args.train_split, is_training=True, seed=args.seed, **ds_kwargs
+    )
+    dataset_eval = None
+    if args.val_split:
+        dataset_eval = create_dataset(
+            args.dataset, root=args.data_dir, split=args.val_split, is_training=False, **ds_kwargs
+        )
+    if args.num_classes is None:
+        class_to_idx = getattr(getattr(dataset_train, 'reader', None), 'class_to_idx', None)
+        if class_to_idx:
+            args.num_classes = len(class_to_idx)
+
+    # the same initial weights (and sparse tap positions) on every process; per-process seeds after
+    random_seed(args.seed, 0)
+    if args.drop_path is None:
+        args.drop_path = default_drop_path(args.model)
+    model = _common.create_model(
+        args.model,
+        pretrained=args.pretrained,
+        num_classes=args.num_classes,
+        img_size=args.img_size,
+        drop_rate=args.drop,
+        drop_path_rate=args.drop_path,
+        model_kwargs=args.model_kwargs,
+    )
+    if args.num_classes is None:
+        args.num_classes = model.num_classes
+    if args.initial_checkpoint:
+        _common.load_weights(model, args.initial_checkpoint)
+    if args.grad_checkpointing:
+        model.set_grad_checkpointing(enable=True)
+    random_seed(args.seed, args.rank)
+
+    data_config = resolve_data_config(vars(args), model=model, verbose=False)
+    args.input_size_resolved = data_config['input_size'][-1]
+    if primary:
+        n_params = sum(p.numel() for p in model.parameters())
+        _logger.info(
+            f'{args.model}: {n_params / 1e6:.2f}M parameters, {args.num_classes} classes, input '
+            f'{tuple(data_config["input_size"])}, drop_path {args.drop_path}, device {device}, '
+            f'{args.world_size} process(es)'
+        )
+
+    model.to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if args.distributed and args.sync_bn:
+        args.dist_bn = ''  # statistics are synchronized at every step
+        model = convert_sync_batchnorm(model, device)
+        if primary:
+            _logger.info('BatchNorms converted to synchronized BatchNorm')
+
+    # learning rates (linear scaling from the base batch) and parameter groups
+    if args.lr is None:
+        args.lr = _scaled_lr(args.lr_base, args)
+    if args.kernel_lr is None:
+        args.kernel_lr = _scaled_lr(args.kernel_lr_base, args)
+    groups = kernel_param_groups(model, args.weight_decay, args.kernel_lr, args.kernel_weight_decay)
+    opt_kwargs = optimizer_kwargs(cfg=args)
+    if groups is not None:
+        optimizer = create_optimizer_v2(model, **opt_kwargs, param_group_fn=lambda m: groups)
+    else:
+        optimizer = create_optimizer_v2(model, **opt_kwargs)
+    if primary:
+        desc = ', '.join(
+            f'{g.get("name", i)}: {len(g["params"])} tensors' for i, g in enumerate(optimizer.param_groups)
+        )
+        _logger.info(
+            f'{type(optimizer).__name__}: lr {args.lr:.3g}, kernel lr {args.kernel_lr:.3g}, '
+            f'weight decay {args.weight_decay} ({desc})'
+        )
+    amp_autocast, loss_scaler = _amp(args, device)
+
+    # resume: weights-only loading of a CheckpointSaver file
+    resume_state = None
+    start_epoch = 0
+    if args.resume:
+        resume_state = torch.load(args.resume, map_location='cpu', weights_only=True)
+        model.load_state_dict(clean_state_dict(resume_state['state_dict']))
+        if not args.no_resume_opt:
+            if 'optimizer' in resume_state:
+                optimizer.load_state_dict(resume_state['optimizer'])
+            if loss_scaler is not None and loss_scaler.state_dict_key in resume_state:
+                loss_scaler.load_state_dict(resume_state[loss_scaler.state_dict_key])
+        if 'epoch' in resume_state:
+            start_epoch = resume_state['epoch'] + (1 if resume_state.get('version', 1) > 1 else 0)
+        if primary:
+            _logger.info(f'resumed {args.resume} (saved after epoch {resume_state.get("epoch")})')
+    if args.start_epoch is not None:
+        start_epoch = args.start_epoch
+
+    model_ema = None
+    if args.model_ema:
+        model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
+        if resume_state is not None and 'state_dict_ema' in resume_state:
+            model_ema.module.load_state_dict(clean_state_dict(resume_state['state_dict_ema']))
+
+    if args.distributed:
+        ddp_kwargs = {'device_ids': [device]} if device.type == 'cuda' else {}
+        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=not args.no_ddp_bb, **ddp_kwargs)
+    if args.torchcompile:
+        model = torch.compile(model, backend=args.torchcompile)
+
+    # loaders (timm transforms: RandomResizedCrop, flips, RandAugment, random erasing)
+    if args.aa:
+        patch_timm_posterize()  # recent Pillow rejects the 0-bit posterize of RandAugment's top magnitude
+    mixup_active = args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None
+    mixup_fn = collate_fn = None
+    if mixup_active:
+        mixup_args = dict(
+            mixup_alpha=args.mixup,
+            cutmix_alpha=args.cutmix,
+            cutmix_minmax=args.cutmix_minmax,
+            prob=args.mixup_prob,
+            switch_prob=args.mixup_switch_prob,
+            mode=args.mixup_mode,
+            label_smoothing=args.smoothing,
+            num_classes=args.num_classes,
+        )
+        if args.prefetcher:
+            collate_fn = FastCollateMixup(**mixup_args)
+        else:
+            mixup_fn = Mixup(**mixup_args)
+    common_loader = dict(
+        mean=data_config['mean'],
+        std=data_config['std'],
+        num_workers=args.workers,
+        distributed=args.distributed,
+        pin_memory=args.pin_mem,
+        device=device,
+        use_prefetcher=args.prefetcher,
+    )
+    loader_train = create_loader(
+        dataset_train,
+        input_size=data_config['input_size'],
+        batch_size=args.batch_size,
+        is_training=True,
+        no_aug=args.no_aug,
+        re_prob=args.reprob,
+        re_mode=args.remode,
+        re_count=args.recount,
+        scale=args.scale,
+        ratio=args.ratio,
+        hflip=args.hflip,
+        vflip=args.vflip,
+        color_jitter=args.color_jitter,
+        auto_augment=args.aa,
+        interpolation=args.train_interpolation,
+        collate_fn=collate_fn,
+        **common_loader,
+    )
+    loader_eval = None
+    if dataset_eval is not None:
+        loader_eval = create_loader(
+            dataset_eval,
+            input_size=data_config['input_size'],
+            batch_size=args.validation_batch_size or args.batch_size,
+            is_training=False,
+            interpolation=data_config['interpolation'],
+            crop_pct=data_config['crop_pct'],
+            **common_loader,
+        )
+
+    if mixup_active:
+        train_loss_fn = SoftTargetCrossEntropy()  # Mixup applies the label smoothing
+    elif args.smoothing:
+        train_loss_fn = LabelSmoothingCrossEntropy(smoothing=args.smoothing)
+    else:
+        train_loss_fn = nn.CrossEntropyLoss()
+    train_loss_fn = train_loss_fn.to(device)
+
+    updates_per_epoch = len(loader_train)
+    lr_scheduler, num_epochs = create_scheduler_v2(
+        optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch
+    )
+    if start_epoch > 0:
+        if args.sched_on_updates:
+            lr_scheduler.step_update(start_epoch * updates_per_epoch)
+        else:
+            lr_scheduler.step(start_epoch)
+
+    output_dir = _output_dir(args)
+    saver = None
+    decreasing = 'loss' in args.eval_metric
+    if primary:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        saved_args = {
+            k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))
+        }
+        (output_dir / 'args.yaml').write_text(yaml.safe_dump(saved_args, default_flow_style=False))
+        saver = CheckpointSaver(
+            model=model,
+            optimizer=optimizer,
+            args=None,  # no argparse.Namespace in the file: plain torch.load(weights_only=True) reads it
+            model_ema=model_ema,
+            amp_scaler=loss_scaler,
+            checkpoint_dir=str(output_dir),
+            recovery_dir=str(output_dir),
+            decreasing=decreasing,
+            max_history=args.checkpoint_hist,
+        )
+        if (
+            resume_state is not None
+            and 'saver' in resume_state
+            and Path(args.resume).resolve().parent == output_dir.resolve()
+        ):
+            saver.load_state_dict(resume_state['saver'])
+        _logger.info(f'output: {output_dir}  ({num_epochs} epochs, {updates_per_epoch} updates per epoch)')
+
+    best_metric = best_epoch = None
+    eval_metrics: dict[str, float] = {}
+    num_updates = start_epoch * updates_per_epoch
+    epoch = start_epoch - 1
+    for epoch in range(start_epoch, num_epochs):
+        if args.distributed and hasattr(loader_train.sampler, 'set_epoch'):
+            loader_train.sampler.set_epoch(epoch)
+        train_metrics, num_updates = train_one_epoch(
+            epoch,
+            model,
+            loader_train,
+            optimizer,
+            train_loss_fn,
+            args,
+            device,
+            lr_scheduler,
+            amp_autocast,
+            loss_scaler,
+            model_ema,
+            mixup_fn,
+            num_updates,
+            primary,
+        )
+        if args.distributed and args.dist_bn in ('broadcast', 'reduce'):
+            distribute_bn(model, args.world_size, args.dist_bn == 'reduce')
+        eval_metrics = {}
+        if loader_eval is not None:
+            progress = primary and not args.no_progress
+            eval_metrics = evaluate(
+                model, loader_eval, device, amp_autocast, args.distributed, progress=progress, desc=f'eval {epoch}'
+            )
+            if model_ema is not None:
+                ema = evaluate(model_ema.module, loader_eval, device, amp_autocast, args.distributed, progress=progress)
+                eval_metrics.update({f'ema_{k}': v for k, v in ema.items()})
+        if not args.sched_on_updates:
+            lr_scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
+
+        if primary:
+            lrs = {'lr': optimizer.param_groups[0]['lr'], 'kernel_lr': _group_lr(optimizer, 'kernel')}
+            update_summary(
+                epoch,
+                train_metrics,
+                eval_metrics,
+                filename=str(output_dir / 'summary.csv'),
+                lr=lrs['lr'],
+                write_header=None,
+            )
+            row = {'epoch': epoch, **{f'train_{k}': v for k, v in train_metrics.items()}}
+            row.update({f'eval_{k}': v for k, v in eval_metrics.items()})
+            row.update(lrs)
+            with open(output_dir / 'summary.jsonl', 'a') as f:
+                f.write(json.dumps(row) + '\n')
+            metric_key = f'ema_{args.eval_metric}' if f'ema_{args.eval_metric}' in eval_metrics else args.eval_metric
+            metric = eval_metrics.get(metric_key)
+            best_metric, best_epoch = saver.save_checkpoint(epoch, metric=metric)
+            shown = ', '.join(f'{k} {v:.4g}' for k, v in eval_metrics.items())
+            _logger.info(
+                f'epoch {epoch}: train loss {train_metrics["loss"]:.4f} ({train_metrics["img_s"]:.0f} img/s, '
+                f'{train_metrics["time_s"]:.1f} s), lr {lrs["lr"]:.3g}' + (f' | eval {shown}' if shown else '')
+            )
+
+    if primary and best_metric is not None:
+        _logger.info(f'best {args.eval_metric}: {best_metric:.4f} (epoch {best_epoch})')
+    unwrapped = model
+    while hasattr(unwrapped, 'module') or hasattr(unwrapped, '_orig_mod'):
+        unwrapped = getattr(unwrapped, 'module', None) or unwrapped._orig_mod
+    return {
+        'output_dir': str(output_dir),
+        'best_metric': best_metric,
+        'best_epoch': best_epoch,
+        'last_epoch': epoch,
+        'eval_metrics': eval_metrics,
+        'model': unwrapped,
+        'model_ema': model_ema.module if model_ema is not None else None,
+        'args': args,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point (``mrconvnext-train``): :func:`run` without a return value."""
+    run(argv)
+
+
+if __name__ == '__main__':
+    main()

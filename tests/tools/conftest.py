@@ -1,0 +1,61 @@
+"""Shared, session-scoped artefacts of the workflow tests: the digits ImageFolder and one trained run.
+
+The run is the demo's digits recipe (``mrconvnext.demo.digits_recipe``): ``mrconvnext_atto`` at
+32x32 for 8 epochs on one CPU thread (one thread keeps the time predictable on a shared machine).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+IMG_SIZE = 32
+EPOCHS = 8
+
+
+@pytest.fixture(scope='session')
+def digits_dir(tmp_path_factory) -> Path:
+    pytest.importorskip('sklearn', reason='the digits data set ships with scikit-learn')
+    from mrconvnext.tools.digits import export_digits
+
+    return export_digits(tmp_path_factory.mktemp('digits') / 'digits', size=IMG_SIZE)
+
+
+@pytest.fixture(scope='session')
+def trained_run(digits_dir, tmp_path_factory) -> dict:
+    """One digits training run: the train tool's result plus ``elapsed_s`` and ``checkpoint`` (last epoch)."""
+    from mrconvnext.demo import digits_recipe
+    from mrconvnext.tools import train
+
+    out = tmp_path_factory.mktemp('runs')
+    argv = digits_recipe(digits_dir, out, 'digits', 'mrconvnext_atto', IMG_SIZE, EPOCHS)
+    argv += ['--seed', '42', '--no-progress']
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        result = train.run(argv)
+        result['elapsed_s'] = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    result['checkpoint'] = str(Path(result['output_dir']) / 'last.pth.tar')
+    result['argv'] = argv
+    return result
+
+
+@pytest.fixture(scope='session')
+def validated(trained_run, digits_dir, tmp_path_factory) -> dict:
+    """Held-out results of the trained run, branched and with ``--reparam``."""
+    from mrconvnext.tools import validate
+
+    out = tmp_path_factory.mktemp('validate')
+    results = {}
+    for tag, extra in (('branched', []), ('reparam', ['--reparam'])):
+        argv = ['--data-dir', str(digits_dir), '--checkpoint', trained_run['checkpoint'], '-j', '0', '--no-progress']
+        results[tag] = validate.run(argv + extra + ['--results-file', str(out / f'{tag}.json')])
+        results[tag + '_file'] = out / f'{tag}.json'
+    return results

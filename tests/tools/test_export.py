@@ -1,0 +1,81 @@
+"""Export: reparameterized hub directory (local-dir: reload gives the same logits), ONNX vs onnxruntime."""
+
+import json
+
+import pytest
+import timm
+import torch
+
+import mrconvnext  # noqa: F401
+from mrconvnext.tools import export, validate
+from mrconvnext.tools._common import model_from_source
+
+
+@pytest.fixture(scope='module')
+def exported(trained_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp('export') / 'hub'
+    argv = ['--checkpoint', trained_run['checkpoint'], '--output', str(out)]
+    if _has_onnx():
+        argv.append('--onnx')
+    return export.run(argv), out
+
+
+def _has_onnx() -> bool:
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_hub_directory_reloads_with_the_same_logits(trained_run, exported):
+    result, out = exported
+    assert (out / 'model.safetensors').is_file() and (out / 'config.json').is_file()
+    config = json.loads((out / 'config.json').read_text())
+    assert config['architecture'] == 'mrconvnext_atto' and config['num_classes'] == 10
+    assert config['model_args']['deploy'] is True and list(config['model_args']['img_size']) == [32, 32]
+    assert list(config['pretrained_cfg']['input_size']) == [3, 32, 32] and config['pretrained_cfg']['crop_pct'] == 1.0
+    # independent check: the training checkpoint, reparameterized here, against the reloaded directory
+    model, _ = model_from_source(None, trained_run['checkpoint'])
+    deployed = timm.utils.reparameterize_model(model)
+    reloaded = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+    assert reloaded.is_deployed()
+    x = torch.randn(6, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(reloaded(x), deployed(x))
+        assert (deployed(x) - model(x)).abs().max() <= 1e-4  # the fold itself (float32)
+    assert result['hub_max_abs_diff'] == 0.0 and result['reparam_max_abs_diff'] <= 1e-4
+
+
+def test_validate_reads_the_hub_directory(exported, validated, digits_dir):
+    _, out = exported
+    res = validate.run(['--data-dir', str(digits_dir), '--model', f'local-dir:{out}', '-j', '0', '--no-progress'])
+    assert res['img_size'] == 32 and res['crop_pct'] == 1.0  # preprocessing recorded by the export
+    assert res['deployed'] and abs(res['top1'] - validated['reparam']['top1']) <= 0.2
+
+
+def test_onnx_matches_pytorch(exported):
+    pytest.importorskip('onnxruntime')
+    result, out = exported
+    assert (out / 'model.onnx').is_file()
+    assert result['onnx_max_abs_diff'] <= 1e-4  # stated tolerance: float32 logits within 1e-4 (seen ~1e-6)
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(out / 'model.onnx'), providers=['CPUExecutionProvider'])
+    reloaded = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+    x = torch.randn(3, 3, 32, 32)  # a batch size not used at export: the batch axis is dynamic
+    y = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        ref = reloaded(x).numpy()
+    assert np.abs(y - ref).max() <= 1e-4
+
+
+def test_unexportable_models_are_refused_with_the_reason(tmp_path):
+    talk = timm.create_model('talkconvnext_atto', num_classes=10, img_size=64).eval()
+    with pytest.raises(NotImplementedError, match='custom autograd op'):
+        export.export_onnx(talk, tmp_path / 'talk.onnx', torch.randn(1, 3, 64, 64))
+    branched = timm.create_model('mrconvnext_atto', num_classes=10, img_size=64).eval()
+    with pytest.raises(NotImplementedError, match='reparameterized'):
+        export.export_onnx(branched, tmp_path / 'branched.onnx', torch.randn(1, 3, 64, 64))

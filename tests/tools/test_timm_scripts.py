@@ -1,0 +1,98 @@
+"""The launcher for timm's own scripts: it registers the zoo, then runs the script as __main__ with its args."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+# stands in for timm's validate.py / benchmark.py / inference.py (they are not in the timm wheel):
+# a script that only knows timm, creating a model by name from its command line
+SCRIPT = """
+import argparse, json, sys
+import timm
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument('--model')
+    p.add_argument('--out')
+    args = p.parse_args()
+    model = timm.create_model(args.model, num_classes=3)
+    with open(args.out, 'w') as f:
+        json.dump({'argv0': sys.argv[0], 'cls': type(model).__name__, 'modules': 'mrconvnext' in sys.modules}, f)
+
+if __name__ == '__main__':
+    main()
+"""
+
+
+def _run(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+
+def test_launcher_registers_the_models_and_runs_the_script(tmp_path):
+    script = tmp_path / 'fake_timm_script.py'
+    script.write_text(SCRIPT)
+    out = tmp_path / 'out.json'
+    # without the launcher the fresh interpreter does not know the model
+    plain = _run([str(script), '--model', 'mrconvnext_atto', '--out', str(out)], tmp_path)
+    assert plain.returncode != 0 and 'mrconvnext_atto' in plain.stderr
+    launched = _run(
+        ['-m', 'mrconvnext.timm_scripts', str(script), '--model', 'mrconvnext_atto', '--out', str(out)], tmp_path
+    )
+    assert launched.returncode == 0, launched.stderr
+    got = json.loads(out.read_text())
+    assert got == {'argv0': str(script), 'cls': 'MRConvNeXt', 'modules': True}
+
+
+def test_launcher_propagates_the_exit_status_and_checks_the_path(tmp_path):
+    script = tmp_path / 'fails.py'
+    script.write_text("import sys\nif __name__ == '__main__':\n    sys.exit(3)\n")
+    assert _run(['-m', 'mrconvnext.timm_scripts', str(script)], tmp_path).returncode == 3
+    missing = _run(['-m', 'mrconvnext.timm_scripts', str(tmp_path / 'nope.py')], tmp_path)
+    assert missing.returncode != 0 and 'no script' in missing.stderr
+
+
+def test_launcher_in_process(tmp_path, monkeypatch):
+    from mrconvnext import timm_scripts
+
+    script = tmp_path / 'argv.py'
+    out = tmp_path / 'argv.json'
+    script.write_text(f"import json, sys\njson.dump(sys.argv, open({str(out)!r}, 'w'))\n")
+    before = list(sys.argv)
+    timm_scripts.main([str(script), '--a', '1'])
+    assert json.loads(out.read_text()) == [str(script), '--a', '1'] and sys.argv == before
+    with pytest.raises(SystemExit):
+        timm_scripts.main([])
+
+
+# stands in for timm's train.py: it imports the modules named by --device-modules before create_model
+TRAIN_LIKE = """
+import argparse, importlib, json
+import timm
+
+p = argparse.ArgumentParser()
+p.add_argument('--model')
+p.add_argument('--device-modules', default=None, nargs='+')
+p.add_argument('--out')
+args = p.parse_args()
+for module in args.device_modules or []:
+    importlib.import_module(module)
+model = timm.create_model(args.model, num_classes=3)
+json.dump({'cls': type(model).__name__, 'params': sum(p.numel() for p in model.parameters())}, open(args.out, 'w'))
+"""
+
+
+def test_device_modules_flag_registers_the_models(tmp_path):
+    script = tmp_path / 'train_like.py'
+    script.write_text(TRAIN_LIKE)
+    out = tmp_path / 'out.json'
+    proc = _run(
+        [str(script), '--device-modules', 'mrconvnext', '--model', 'mrconvnext_atto', '--out', str(out)], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())['cls'] == 'MRConvNeXt'
