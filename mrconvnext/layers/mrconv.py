@@ -235,8 +235,33 @@ class MRConv1d(nn.Module):
         B, _, L = x.shape
         N, C = self.num_branches, self.dim
         y = long_conv1d(x, self.branch_kernels(), zero_lag=self.zero_lag, backend=self.backend)  # (B, N, C, L)
-        y = self.bn(y.reshape(B, N * C, L)).view(B, N, C, L)
-        return torch.einsum('bncl,nc->bcl', y, self.alpha.to(y.dtype))
+        y = y.reshape(B, N * C, L)
+        if type(self.bn) is nn.BatchNorm1d and self.bn.affine:
+            return self._batch_norm_alpha(y).view(B, N, C, L).sum(1)
+        # any other norm module (e.g. a synchronized BatchNorm after conversion): call it, then weight by alpha
+        return (self.bn(y).view(B, N, C, L) * self.alpha.to(y.dtype).unsqueeze(-1)).sum(1)
+
+    def _batch_norm_alpha(self, y: torch.Tensor) -> torch.Tensor:
+        """``alpha * bn(y)`` with alpha folded into the BatchNorm's affine transform: one fused op instead
+        of a normalization and a weighted sum (same statistics, running-stat updates and gradients)."""
+        bn = self.bn
+        momentum = 0.0 if bn.momentum is None else bn.momentum
+        if bn.training and bn.track_running_stats:
+            bn.num_batches_tracked.add_(1)
+            if bn.momentum is None:  # cumulative moving average, as nn.BatchNorm1d does
+                momentum = 1.0 / float(bn.num_batches_tracked)
+        batch_stats = bn.training or bn.running_mean is None
+        alpha = self.alpha.reshape(-1).to(y.dtype)
+        return F.batch_norm(
+            y,
+            bn.running_mean if not bn.training or bn.track_running_stats else None,
+            bn.running_var if not bn.training or bn.track_running_stats else None,
+            alpha * bn.weight,
+            alpha * bn.bias,
+            batch_stats,
+            momentum,
+            bn.eps,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""

@@ -278,3 +278,38 @@ def test_deployed_form_keeps_device_and_dtype():
     branched = _make('fourier', 'bn', seq_len=40).double()
     branched.load_state_dict(sd)
     assert branched.kernel.dtype == torch.float64
+
+
+def test_alpha_folded_into_batch_norm_matches_the_module_path():
+    """The fused BatchNorm+alpha path equals calling the BatchNorm module and weighting by alpha (as a
+    converted, e.g. synchronized, norm module is used): outputs, gradients and running statistics."""
+
+    class OtherNorm(torch.nn.BatchNorm1d):  # any subclass takes the generic path
+        pass
+
+    fused = _make('fourier_sparse', 'bn', seq_len=40).double()
+    generic = _make('fourier_sparse', 'bn', seq_len=40).double()
+    generic.load_state_dict(fused.state_dict())
+    other = OtherNorm(generic.bn.num_features).double()
+    other.load_state_dict(generic.bn.state_dict())
+    generic.bn = other
+    with torch.no_grad():
+        for m in (fused, generic):
+            m.alpha.uniform_(0.5, 1.5)
+            m.bn.weight.uniform_(0.5, 1.5)
+            m.bn.bias.normal_()
+    generic.alpha.data.copy_(fused.alpha.data)
+    generic.bn.weight.data.copy_(fused.bn.weight.data)
+    generic.bn.bias.data.copy_(fused.bn.bias.data)
+    for training in (True, True, False):
+        fused.train(training), generic.train(training)
+        x = torch.randn(3, 4, 40, dtype=torch.float64)
+        y1, y2 = fused(x), generic(x)
+        torch.testing.assert_close(y1, y2, rtol=1e-12, atol=1e-12)
+        g = torch.randn_like(y1)
+        g1 = torch.autograd.grad(y1, [fused.alpha, fused.bn.weight, fused.bn.bias], g)
+        g2 = torch.autograd.grad(y2, [generic.alpha, generic.bn.weight, generic.bn.bias], g)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for name in ('running_mean', 'running_var', 'num_batches_tracked'):
+        torch.testing.assert_close(getattr(fused.bn, name), getattr(generic.bn, name))
