@@ -40,14 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from .long_conv import long_conv1d
+
 __all__ = ['light_conv1d', 'dynamic_conv1d', 'light_conv1d_unfold', 'dynamic_conv1d_unfold', 'zero_lag_for']
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
-# On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
-# whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
-# explicit F.pad + unpadded conv (K=63: 128 vs 20 ms, 1 thread). For K <= 13 the built-in
-# padding was 10-20% faster (it skips the padded copy); K=15 measured either way.
-_CPU_NATIVE_PAD_MAX = 6
 
 
 def zero_lag_for(kernel_size: int, causal: bool) -> int:
@@ -141,27 +138,13 @@ def light_conv1d(
     if weight.ndim != 2 or weight.shape[0] != num_heads or weight.shape[1] < 1:
         raise ValueError(f'{name} expects weight of shape (num_heads={num_heads}, K >= 1), got {tuple(weight.shape)}')
     _check_bias(name, x, bias)
-    K = weight.shape[1]
-    zero_lag = zero_lag_for(K, causal)
-
-    # Crop taps with |lag| >= L: they reach no output.
-    lo, hi = max(0, zero_lag - (L - 1)), min(K, zero_lag + L)
-    weight, zero_lag, K = weight[:, lo:hi], zero_lag - lo, hi - lo
-
-    compute, out_dtype = _compute_dtype(x, weight)
-    with torch.autocast(device_type=x.device.type, enabled=False):
-        # conv1d cross-correlates: flip the taps so that tap k is applied at lag k - zero_lag.
-        w = weight.to(compute).flip(-1)
-        w = w.repeat_interleave(C // num_heads, dim=0).unsqueeze(1)  # (C, 1, K): tiny copy
-        pad_left, pad_right = K - 1 - zero_lag, zero_lag
-        xc = x.to(compute)
-        native_pad_ok = x.device.type != 'cpu' or pad_left <= _CPU_NATIVE_PAD_MAX
-        if pad_left == pad_right and native_pad_ok:
-            y = F.conv1d(xc, w, padding=pad_left, groups=C)
-        else:
-            y = F.conv1d(F.pad(xc, (pad_left, pad_right)), w, groups=C)
-        y = _add_bias(y, bias)
-    return y.to(out_dtype)
+    # A depthwise convolution with the head's kernel repeated to its channels (a (C, K) copy of the
+    # tiny weight): the package's one direct-convolution implementation does the rest (lag crop,
+    # padding, float32 compute for half inputs).
+    _, out_dtype = _compute_dtype(x, weight)
+    kernel = weight.to(out_dtype).repeat_interleave(C // num_heads, dim=0)
+    zero_lag = zero_lag_for(weight.shape[1], causal)
+    return long_conv1d(x.to(out_dtype), kernel, bias, zero_lag=zero_lag, backend='direct')
 
 
 def light_conv1d_unfold(

@@ -49,6 +49,11 @@ _BACKENDS = ('auto', 'fft', 'direct', 'flashfft')
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's
 # time at 7 taps, 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
 _DIRECT_MAX_TAPS = 64
+# On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
+# whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
+# explicit F.pad + unpadded conv (K=63: 128 vs 20 ms, 1 thread). For K <= 13 the built-in
+# padding was 10-20% faster (it skips the padded copy); K=15 measured either way.
+_CPU_NATIVE_PAD_MAX = 6
 
 
 @functools.cache
@@ -187,8 +192,11 @@ def _direct_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.
     # conv1d is a cross-correlation: flip the taps; output channel c*N + i is kernel i of channel c.
     w = kernel.flip(-1)
     w = w.transpose(0, 1).reshape(C * N, 1, K) if multi else w.reshape(C, 1, K)
-    x_pad = F.pad(x, (K - 1 - zero_lag, zero_lag))
-    y = F.conv1d(x_pad, w, groups=C)
+    pad_left, pad_right = K - 1 - zero_lag, zero_lag
+    if pad_left == pad_right and (x.device.type != 'cpu' or pad_left <= _CPU_NATIVE_PAD_MAX):
+        y = F.conv1d(x, w, padding=pad_left, groups=C)
+    else:
+        y = F.conv1d(F.pad(x, (pad_left, pad_right)), w, groups=C)
     if multi:
         y = y.view(B, C, N, L).transpose(1, 2)
     return y
