@@ -54,8 +54,8 @@ def _check_input_size(cls: str, input_size: object) -> tuple[int, int]:
     return int(input_size[0]), int(input_size[1])
 
 
-class LightConv1d(nn.Module):
-    """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads."""
+class _HeadConv1d(nn.Module):
+    """Shared options, bias, input check and repr of :class:`LightConv1d` and :class:`DynamicConv1d`."""
 
     def __init__(
         self,
@@ -73,8 +73,27 @@ class LightConv1d(nn.Module):
         self.num_heads = num_heads
         self.causal = causal
         self.weight_dropout = float(weight_dropout)
-        self.weight = nn.Parameter(torch.empty(num_heads, kernel_size))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def _mix(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._mix(check_mixer_input(self, x, 3))
+
+    def extra_repr(self) -> str:
+        return (
+            f'{self.dim}, kernel_size={self.kernel_size}, num_heads={self.num_heads}, causal={self.causal}, '
+            f'weight_dropout={self.weight_dropout}, bias={self.bias is not None}'
+        )
+
+
+class LightConv1d(_HeadConv1d):
+    """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads."""
+
+    def __init__(self, dim: int, kernel_size: int, num_heads: int, **options) -> None:
+        super().__init__(dim, kernel_size, num_heads, **options)
+        self.weight = nn.Parameter(torch.empty(num_heads, kernel_size))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -90,37 +109,13 @@ class LightConv1d(nn.Module):
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         return light_conv1d(x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mix(check_mixer_input(self, x, 3))
 
-    def extra_repr(self) -> str:
-        return (
-            f'{self.dim}, kernel_size={self.kernel_size}, num_heads={self.num_heads}, causal={self.causal}, '
-            f'weight_dropout={self.weight_dropout}, bias={self.bias is not None}'
-        )
-
-
-class DynamicConv1d(nn.Module):
+class DynamicConv1d(_HeadConv1d):
     """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head."""
 
-    def __init__(
-        self,
-        dim: int,
-        kernel_size: int,
-        num_heads: int,
-        causal: bool = False,
-        weight_dropout: float = 0.0,
-        bias: bool = False,
-    ) -> None:
-        super().__init__()
-        _check_options(type(self).__name__, dim, kernel_size, num_heads, weight_dropout)
-        self.dim = dim
-        self.kernel_size = kernel_size
-        self.num_heads = num_heads
-        self.causal = causal
-        self.weight_dropout = float(weight_dropout)
+    def __init__(self, dim: int, kernel_size: int, num_heads: int, **options) -> None:
+        super().__init__(dim, kernel_size, num_heads, **options)
         self.weight_linear = nn.Linear(dim, num_heads * kernel_size)
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position kernels ``(B, H, L, K)`` for ``x`` of shape ``(B, C, L)``.
@@ -137,15 +132,6 @@ class DynamicConv1d(nn.Module):
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._mix(check_mixer_input(self, x, 3))
-
-    def extra_repr(self) -> str:
-        return (
-            f'{self.dim}, kernel_size={self.kernel_size}, num_heads={self.num_heads}, causal={self.causal}, '
-            f'weight_dropout={self.weight_dropout}, bias={self.bias is not None}'
-        )
 
 
 class _RowMajor2d:
@@ -165,7 +151,7 @@ class _RowMajor2d:
         weight_dropout: float = 0.0,
         bias: bool = False,
     ) -> None:
-        super().__init__(dim, kernel_size, num_heads, causal, weight_dropout, bias)
+        super().__init__(dim, kernel_size, num_heads, causal=causal, weight_dropout=weight_dropout, bias=bias)
         self.input_size = _check_input_size(type(self).__name__, input_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
