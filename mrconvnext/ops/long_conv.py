@@ -147,11 +147,60 @@ def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
     return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n)
 
 
-def _fft_conv(x: torch.Tensor, k_f: torch.Tensor, n: int) -> torch.Tensor:
-    """Differentiable path: whole-tensor transforms. ``k_f`` is ``(C, F)`` or ``(N, C, F)``."""
-    x_f = torch.fft.rfft(x, n=n)
-    y_f = x_f.unsqueeze(1) * k_f if k_f.dim() == 3 else x_f * k_f  # (B, N, C, F) or (B, C, F)
-    return torch.fft.irfft(y_f, n=n)[..., : x.shape[-1]]
+class _FFTConv(torch.autograd.Function):
+    """Differentiable path: ``crop_L(circular_conv_n(x, k))`` for ``x (B, C, L)`` and circular kernels
+    ``k (C, n)`` or ``(N, C, n)``, returning a contiguous ``(B, C, L)`` or ``(B, N, C, L)``.
+
+    A hand-written backward instead of autograd through ``rfft * k -> irfft -> crop``: that graph
+    materializes two ``(B, N, C, F)`` complex products and a zero-filled ``(B, N, C, n)`` gradient
+    only to reduce them again. Here, with ``G = rfft(grad_y, n)`` and ``X = rfft(x, n)`` (all real
+    sequences, so the circular identities are exact):
+
+    - ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))``    (correlation of the gradient with each kernel)
+    - ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``          (correlation of the gradient with the input)
+
+    with the sums accumulated in place, so the largest temporary is ``G`` itself.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, k_circ: torch.Tensor, n: int) -> torch.Tensor:
+        L = x.shape[-1]
+        x_f = torch.fft.rfft(x, n=n)  # (B, C, F)
+        k_f = torch.fft.rfft(k_circ)  # (C, F) or (N, C, F)
+        y_f = x_f.unsqueeze(1) * k_f if k_f.dim() == 3 else x_f * k_f
+        ctx.save_for_backward(x_f, k_f)
+        ctx.n, ctx.L = n, L
+        return torch.fft.irfft(y_f, n=n)[..., :L].contiguous()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y: torch.Tensor):
+        x_f, k_f = ctx.saved_tensors
+        n, L = ctx.n, ctx.L
+        stacked = k_f.dim() == 3
+        g_f = torch.fft.rfft(grad_y, n=n)  # (B, C, F) or (B, N, C, F)
+        grad_x = grad_k = None
+        if ctx.needs_input_grad[0]:
+            k_conj = k_f.conj().resolve_conj()
+            if stacked:
+                acc = g_f[:, 0] * k_conj[0]
+                for i in range(1, k_f.shape[0]):
+                    acc.addcmul_(g_f[:, i], k_conj[i])
+            else:
+                acc = g_f * k_conj
+            grad_x = torch.fft.irfft(acc, n=n)[..., :L]
+        if ctx.needs_input_grad[1]:
+            x_conj = x_f.conj().resolve_conj()
+            acc = g_f[0] * x_conj[0]
+            for b in range(1, g_f.shape[0]):
+                acc.addcmul_(g_f[b], x_conj[b])
+            grad_k = torch.fft.irfft(acc, n=n)
+        return grad_x, grad_k, None
+
+
+def _fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
+    """Differentiable FFT path for ``kernel (C, K)`` or ``(N, C, K)`` (see :class:`_FFTConv`)."""
+    return _FFTConv.apply(x, circular_kernel(kernel, zero_lag, n), n)
 
 
 # Rows (sequences) per chunk of the inference path: its padded input, spectrum and output stay in L2.
@@ -160,7 +209,7 @@ _CHUNK_ELEMS = 1 << 19
 
 @torch.no_grad()
 def _fft_conv_chunked(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
-    """Inference path: the same arithmetic as :func:`_fft_conv` in cache-sized chunks of channels, with the
+    """Inference path: the forward arithmetic of :class:`_FFTConv` in cache-sized chunks of channels, with the
     product in place and the bias added while cropping; whole-tensor transforms are memory-bound here.
     Strided (e.g. channels-last) inputs are gathered chunk by chunk, never copied whole."""
     B, C, L = x.shape
@@ -256,7 +305,7 @@ def long_conv1d(
             y = _direct_conv(xc, kernel.to(compute), zero_lag)
         elif needs_grad:
             n = fft_length(L, kernel.shape[-1], zero_lag)
-            y = _fft_conv(xc, _spectrum(kernel.to(compute), zero_lag, n), n)
+            y = _fft_conv(xc, kernel.to(compute), zero_lag, n)
         else:
             k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
             b = None if bias is None else bias.to(compute)
