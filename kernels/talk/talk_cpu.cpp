@@ -73,6 +73,54 @@ at::Tensor talk1d_forward(const at::Tensor& x, const at::Tensor& off, int64_t ma
   return y;
 }
 
+// Forward for a channels-last map: x (B, L, C) contiguous (the transpose of a (B, C, L) view with strides
+// (L*C, 1, C)), y likewise. Parallel over (b, head): one prefix table (L + 1, R) with the head's R channels
+// side by side, the window edges computed once per position and applied to the R channels in a contiguous
+// inner loop (the (B, C, L) kernel recomputes them per channel), and no transposing copies of x or y.
+at::Tensor talk1d_forward_cl(const at::Tensor& x, const at::Tensor& off, int64_t max_left, int64_t max_right) {
+  TORCH_CHECK(x.device().is_cpu() && off.device().is_cpu(), "talk (cpu): expected CPU tensors");
+  TORCH_CHECK(x.dim() == 3 && off.dim() == 4, "talk (cpu): expected x (B, L, C) and offsets (B, NH, L, 2)");
+  TORCH_CHECK(x.is_contiguous() && off.is_contiguous(), "talk (cpu): expected contiguous tensors");
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "talk (cpu): x must be floating point");
+  TORCH_CHECK(off.scalar_type() == acc_type_of(x.scalar_type()), "talk (cpu): offsets dtype must be ",
+              acc_type_of(x.scalar_type()), ", got ", off.scalar_type());
+  const int64_t B = x.size(0), L = x.size(1), C = x.size(2), NH = off.size(1);
+  TORCH_CHECK(off.size(0) == B && off.size(2) == L && off.size(3) == 2, "talk (cpu): bad offsets shape");
+  TORCH_CHECK(NH > 0 && C % NH == 0, "talk (cpu): heads must divide channels");
+  TORCH_CHECK(max_left >= 0 && max_right >= 0, "talk (cpu): max offsets must be >= 0");
+  const int64_t R = C / NH;
+  auto y = at::empty_like(x);
+  if (y.numel() == 0) return y;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk1d_forward_cl_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const acc_t* op = off.data_ptr<acc_t>();
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    const acc_t ml = static_cast<acc_t>(max_left), mr = static_cast<acc_t>(max_right);
+    const acc_t inv = acc_t(1) / static_cast<acc_t>(max_left + max_right + 1);
+    at::parallel_for(0, B * NH, grain_for(L * R), [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> P((L + 1) * R);  // the head's R channels side by side
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t b = t / NH, h = t % NH;
+        const scalar_t* xh = xp + b * L * C + h * R;
+        scalar_t* yh = yp + b * L * C + h * R;
+        acc_t* Pp = P.data();
+        for (int64_t c = 0; c < R; ++c) Pp[c] = acc_t(0);
+        for (int64_t j = 0; j < L; ++j)
+          for (int64_t c = 0; c < R; ++c) Pp[(j + 1) * R + c] = Pp[j * R + c] + static_cast<acc_t>(xh[j * C + c]);
+        const acc_t* o = op + t * L * 2;
+        for (int64_t i = 0; i < L; ++i) {
+          const Edge<acc_t> es = start_edge<acc_t>(i, L, o[2 * i] * ml);
+          const Edge<acc_t> ee = end_edge<acc_t>(i, L, o[2 * i + 1] * mr);
+          for (int64_t c = 0; c < R; ++c)
+            yh[i * C + c] = static_cast<scalar_t>(window_sum_1d(Pp + c, xh + c, es, ee, R, C) * inv);
+        }
+      }
+    });
+  });
+  return y;
+}
+
 std::vector<at::Tensor> talk1d_backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& off,
                                         int64_t max_left, int64_t max_right, bool need_dx, bool need_doff) {
   check_common(x, off, 3, 2);
@@ -291,6 +339,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "TaLK convolution, CPU kernels";
   m.def("talk1d_forward", &talk1d_forward, "TaLK 1-D forward (CPU)", py::arg("x"), py::arg("offsets"),
         py::arg("max_left"), py::arg("max_right"));
+  m.def("talk1d_forward_cl", &talk1d_forward_cl,
+        "TaLK 1-D forward (CPU) of a channels-last map: x (B, L, C), offsets (B, NH, L, 2) -> y (B, L, C)",
+        py::arg("x"), py::arg("offsets"), py::arg("max_left"), py::arg("max_right"));
   m.def("talk1d_backward", &talk1d_backward, "TaLK 1-D backward (CPU)", py::arg("grad_y"), py::arg("x"),
         py::arg("offsets"), py::arg("max_left"), py::arg("max_right"), py::arg("need_dx"), py::arg("need_doff"));
   m.def("talk2d_forward", &talk2d_forward, "TaLK 2-D forward (CPU), returns (y, integral image)", py::arg("x"),

@@ -93,16 +93,18 @@ TALK_HD Edge<acc_t> end_edge(int64_t i, int64_t n, acc_t d) {
 
 // ---------------------------------------------------------------------------------------------- 1-D
 
-// Pint(u) of one row: P has n + 1 entries, x n entries.
+// Pint(u) of one row: P has n + 1 entries `sp` elements apart, x n entries `sx` apart (1 and 1 for a
+// (B, C, L) row; a channels-last (B, L, C) map has x entries C apart).
 template <typename acc_t, typename scalar_t>
-TALK_HD acc_t prefix_at(const acc_t* P, const scalar_t* x, const Edge<acc_t>& e) {
-  return P[e.k] + e.f * static_cast<acc_t>(x[e.k]);
+TALK_HD acc_t prefix_at(const acc_t* P, const scalar_t* x, const Edge<acc_t>& e, int64_t sp = 1, int64_t sx = 1) {
+  return P[e.k * sp] + e.f * static_cast<acc_t>(x[e.k * sx]);
 }
 
 // Un-normalized window sum of one row.
 template <typename acc_t, typename scalar_t>
-TALK_HD acc_t window_sum_1d(const acc_t* P, const scalar_t* x, const Edge<acc_t>& es, const Edge<acc_t>& ee) {
-  return prefix_at(P, x, ee) - prefix_at(P, x, es);
+TALK_HD acc_t window_sum_1d(const acc_t* P, const scalar_t* x, const Edge<acc_t>& es, const Edge<acc_t>& ee,
+                            int64_t sp = 1, int64_t sx = 1) {
+  return prefix_at(P, x, ee, sp, sx) - prefix_at(P, x, es, sp, sx);
 }
 
 // d(window sum)/dP: 4 (index, weight) pairs for an upstream gradient g, indices into P[0..n].

@@ -380,12 +380,23 @@ def _kernels(device: torch.device, backend: Backend):
     return _native.talk_native(device) if resolved == 'native' else _TORCH_KERNELS
 
 
+def _is_channels_last_1d(x: torch.Tensor) -> bool:
+    """``x (B, C, L)`` laid out as a contiguous ``(B, L, C)`` (e.g. a flattened channels-last map), not also
+    contiguous as ``(B, C, L)``."""
+    return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
+
+
 class _TaLK1dFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, offsets, max_left, max_right, kernels):
         off = offsets.detach().to(_acc_dtype(x.dtype)).contiguous()
-        xc = x.detach().contiguous()
-        y = kernels.talk1d_forward(xc, off, max_left, max_right)
+        if _is_channels_last_1d(x) and hasattr(kernels, 'talk1d_forward_cl'):
+            # the CPU kernel reads and writes channels-last maps directly; the backward takes (B, C, L) copies
+            xc = x.detach()
+            y = kernels.talk1d_forward_cl(xc.transpose(1, 2), off, max_left, max_right).transpose(1, 2)
+        else:
+            xc = x.detach().contiguous()
+            y = kernels.talk1d_forward(xc, off, max_left, max_right)
         ctx.save_for_backward(xc, off)  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
         ctx.kernels, ctx.maxes, ctx.off_dtype = kernels, (max_left, max_right), offsets.dtype
         return y
@@ -395,7 +406,9 @@ class _TaLK1dFunction(torch.autograd.Function):
     def backward(ctx, grad_y):
         xc, off = ctx.saved_tensors
         need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx, doff = ctx.kernels.talk1d_backward(grad_y.contiguous(), xc, off, *ctx.maxes, need_dx, need_doff)
+        dx, doff = ctx.kernels.talk1d_backward(
+            grad_y.contiguous(), xc.contiguous(), off, *ctx.maxes, need_dx, need_doff
+        )
         if doff is not None:
             doff = doff.to(ctx.off_dtype)
         return dx, doff, None, None, None

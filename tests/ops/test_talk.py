@@ -211,7 +211,8 @@ def test_zero_max_offsets_is_identity():
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 @pytest.mark.parametrize('case', ['bidirectional', 'causal', 'heads=channels', 'max>L'])
-def test_1d_matches_reference(impl, dtype, case):
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_1d_matches_reference(impl, dtype, case, layout):
     B, C, H, L, ml, mr = 2, 6, 3, 19, 5, 4
     if case == 'causal':
         mr = 0
@@ -219,13 +220,16 @@ def test_1d_matches_reference(impl, dtype, case):
         H = C
     elif case == 'max>L':
         ml, mr = 30, 25
-    x = torch.randn(B, C, L, dtype=dtype)
+    # channels_last: a (B, C, L) view of a contiguous (B, L, C) tensor, as a flattened channels-last map
+    x = torch.randn(B, C, L, dtype=dtype) if layout == 'contiguous' else torch.randn(B, L, C, dtype=dtype).mT
     off = random_offsets((B, H, L, 2), [ml, mr], dtype)
     got = run_with_grads(talk1d, x, off, ml, mr, backend=impl)
-    ref = run_with_grads(talk1d, x, off, ml, mr, backend='reference')
+    ref = run_with_grads(talk1d, x.contiguous(), off, ml, mr, backend='reference')
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
+    if impl == 'native' and layout == 'channels_last':  # the channels-last CPU kernel ran: y keeps the layout
+        assert got[0].mT.is_contiguous() and not got[0].is_contiguous()
 
 
 @pytest.mark.parametrize('impl', IMPLS)
@@ -321,6 +325,8 @@ def test_half_precision_long_sequence(impl, dtype):
     off = offsets_off_grid((B, H, L, 2), [ml, mr], torch.float32)  # float32 positions pick the same cells
     y = talk1d(x, off, ml, mr, backend=impl)
     assert y.dtype == dtype
+    y_cl = talk1d(x.mT.contiguous().mT, off, ml, mr, backend=impl)  # channels-last layout, same math
+    torch.testing.assert_close(y_cl, y)
     ref = talk1d_reference(x.double(), off.double(), ml, mr)
     unit_roundoff = torch.finfo(dtype).eps / 2
     err = (y.double() - ref).abs()
