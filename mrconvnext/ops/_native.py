@@ -1,10 +1,12 @@
-"""Loader for the native TaLK kernels (``kernels/talk``), JIT-compiled with ``torch.utils.cpp_extension.load``.
+"""Loader for the native kernels (``kernels/``), JIT-compiled with ``torch.utils.cpp_extension.load``.
 
-Two separate extensions, so the CPU one works where nvcc is absent:
+Separate extensions, so the CPU ones work where nvcc is absent:
 
-* ``mrconvnext_talk_cpu``  (``talk_cpu.cpp``), built on first use;
-* ``mrconvnext_talk_cuda`` (``talk_cuda.cu`` + ``talk_cuda_bind.cpp``), built on first use only when
-  ``torch.cuda.is_available()``, or explicitly with :func:`build_talk_cuda`.
+* ``mrconvnext_talk_cpu``  (``talk/talk_cpu.cpp``), built on first use;
+* ``mrconvnext_talk_cuda`` (``talk/talk_cuda.cu`` + ``talk/talk_cuda_bind.cpp``), built on first use only when
+  ``torch.cuda.is_available()``, or explicitly with :func:`build_talk_cuda`;
+* ``mrconvnext_fftconv_cpu`` (``fftconv/fftconv_cpu.cpp``), the fused FFT convolution forward, built on first
+  use where torch has MKL (it calls the oneMKL DFTI functions that ``libtorch_cpu`` exports).
 
 Builds are cached under ``$MRCONVNEXT_EXT_DIR`` (default ``~/.cache/mrconvnext``), in a subdirectory per
 Python/torch/CUDA version. A failed automatic build warns once and returns ``None``; callers then fall back to
@@ -36,6 +38,7 @@ def _kernel_dir() -> Path:
 
 KERNEL_DIR = _kernel_dir()
 TALK_DIR = KERNEL_DIR / 'talk'
+FFTCONV_DIR = KERNEL_DIR / 'fftconv'
 # CUDA archs compiled when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset (A100, H100 + PTX for newer).
 DEFAULT_CUDA_ARCHS = '8.0;9.0+PTX'
 
@@ -118,7 +121,7 @@ def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_li
 
     missing = [str(s) for s in sources if not s.exists()]
     if missing:
-        raise FileNotFoundError(f'TaLK kernel sources not found: {missing} (set MRCONVNEXT_KERNEL_DIR)')
+        raise FileNotFoundError(f'native kernel sources not found: {missing} (set MRCONVNEXT_KERNEL_DIR)')
     build_dir = build_root() / name
     build_dir.mkdir(parents=True, exist_ok=True)
     cflags = ['-O3']
@@ -147,7 +150,7 @@ def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_li
         extra_cflags=cflags,
         extra_cuda_cflags=cuda_cflags or None,
         extra_ldflags=ldflags or None,
-        extra_include_paths=[str(TALK_DIR)],
+        extra_include_paths=[str(sources[0].parent)],
         build_directory=str(build_dir),
         with_cuda=cuda,
         verbose=verbose,
@@ -158,6 +161,7 @@ def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_li
 
 CPU_NAME = 'mrconvnext_talk_cpu'
 CUDA_NAME = 'mrconvnext_talk_cuda'
+FFTCONV_CPU_NAME = 'mrconvnext_fftconv_cpu'
 
 
 def build_talk_cpu(verbose: bool = False) -> ModuleType:
@@ -183,6 +187,18 @@ def build_talk_cuda(verbose: bool = False, arch_list: str | None = None) -> Modu
         return module
 
 
+def build_fftconv_cpu(verbose: bool = False) -> ModuleType:
+    """Build (or load from cache) the fused FFT convolution CPU extension; raises on failure."""
+    with _lock:
+        if not torch.backends.mkl.is_available():
+            raise RuntimeError('this torch build has no MKL, whose FFT functions the fused kernel calls')
+        module = _build(
+            FFTCONV_CPU_NAME, [FFTCONV_DIR / 'fftconv_cpu.cpp'], cuda=False, verbose=verbose, arch_list=None
+        )
+        _modules[FFTCONV_CPU_NAME] = module
+        return module
+
+
 def _load_cached(name: str, builder) -> ModuleType | None:
     with _lock:
         if name in _modules:
@@ -194,7 +210,7 @@ def _load_cached(name: str, builder) -> ModuleType | None:
             _modules[name] = None
             warn_once(
                 name,
-                f'mrconvnext: building the native TaLK extension {name} failed; using the slower PyTorch '
+                f'mrconvnext: building the native extension {name} failed; using the slower PyTorch '
                 f'implementation instead. Error: {_errors[name][:2000]}',
             )
             return None
@@ -213,6 +229,13 @@ def load_talk_cuda() -> ModuleType | None:
     if native_disabled() or not torch.cuda.is_available():
         return None
     return _load_cached(CUDA_NAME, build_talk_cuda)
+
+
+def load_fftconv_cpu() -> ModuleType | None:
+    """The fused FFT convolution CPU extension, built on first call; None (after one warning) if it cannot be."""
+    if native_disabled():
+        return None
+    return _load_cached(FFTCONV_CPU_NAME, build_fftconv_cpu)
 
 
 def talk_native(device: torch.device) -> ModuleType | None:

@@ -1,10 +1,12 @@
 import functools
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mrconvnext.ops import circular_kernel, fft_size, long_conv1d
+from mrconvnext.ops import _native, circular_kernel, fft_size, long_conv1d
+from mrconvnext.ops.long_conv import fft_length
 from tests.reference import shifted_sum_conv
 
 
@@ -176,3 +178,122 @@ def test_bad_zero_lag_and_backend():
         long_conv1d(torch.randn(1, 2, 8), torch.randn(2, 3), zero_lag=3)
     with pytest.raises(ValueError, match='backend'):
         long_conv1d(torch.randn(1, 2, 8), torch.randn(2, 3), backend='cufft')
+
+
+# ------------------------------------------------------------------------- fused CPU kernel (kernels/fftconv)
+
+
+def _fused_available() -> str | None:
+    """Why the fused kernel cannot exist here (None: it must build)."""
+    if not torch.backends.mkl.is_available():
+        return 'torch without MKL'
+    if _native.cxx_compiler() is None:
+        return 'no C++ compiler'
+    return None
+
+
+needs_fused = pytest.mark.skipif(_fused_available() is not None, reason=str(_fused_available()))
+
+
+@needs_fused
+def test_fused_kernel_builds():
+    """Where torch has MKL and a compiler exists, the extension must build (no silent fallback)."""
+    module = _native.build_fftconv_cpu()
+    assert hasattr(module, 'fft_conv_forward')
+
+
+@needs_fused
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('N', [1, 3])
+@pytest.mark.parametrize('block', [1, 3, 1000])
+@pytest.mark.parametrize('with_bias', [False, True])
+def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias):
+    from mrconvnext.ops.long_conv import _spectrum
+
+    module = _native.build_fftconv_cpu()
+    B, C, L, K, zero_lag = 3, 7, 20, 31, 12  # asymmetric kernel reaching past both ends
+    x64 = torch.randn(B, C, L, dtype=torch.float64)
+    k64 = torch.randn(N, C, K, dtype=torch.float64)
+    b64 = torch.randn(C, dtype=torch.float64) if with_bias else None
+    n = fft_length(L, K, zero_lag)
+    x = x64.float() if layout == 'contiguous' else x64.float().mT.contiguous().mT
+    out = torch.full((B, N, C, L), float('nan'))
+    if layout == 'channels_last':  # strided output too: each (b, i) plane laid out (L, C)
+        out = torch.full((B, N, L, C), float('nan')).transpose(2, 3)
+    bias = None if b64 is None else b64.float()
+    module.fft_conv_forward(x, _spectrum(k64.float(), zero_lag, n).contiguous(), n, bias, out, block)
+    for i in range(N):
+        ref = shifted_sum_conv(x64, k64[i], zero_lag) + (0 if b64 is None else b64[:, None])
+        # float32 FFTs of size n: error ~ eps * log2(n) * (|x| |k| summed over taps)
+        torch.testing.assert_close(out[:, i].double(), ref, rtol=0, atol=1e-5 * ref.abs().max().item())
+
+
+@needs_fused
+def test_long_conv1d_float32_runs_the_fused_kernel(monkeypatch):
+    """float32 CPU inputs go through the fused kernel, inference and training forward alike; the
+    gradients (hand-written backward) stay those of the float64 direct convolution."""
+    from mrconvnext.ops import long_conv
+
+    module = _native.build_fftconv_cpu()
+    calls = []
+
+    class Spy:
+        def fft_conv_forward(self, *args):
+            calls.append(args[-1])
+            return module.fft_conv_forward(*args)
+
+    monkeypatch.setattr(long_conv._native, 'load_fftconv_cpu', lambda: Spy())
+    x64 = torch.randn(2, 4, 50, dtype=torch.float64)
+    k64 = torch.randn(2, 4, 99, dtype=torch.float64)
+    with torch.no_grad():
+        y = long_conv1d(x64.float(), k64[0].float(), zero_lag=49, backend='fft')
+    assert len(calls) == 1
+    torch.testing.assert_close(y.double(), shifted_sum_conv(x64, k64[0], 49), rtol=0, atol=1e-4)
+    x = x64.float().requires_grad_()
+    k = k64.float().requires_grad_()
+    y = long_conv1d(x, k, zero_lag=49, backend='fft')
+    assert len(calls) == 2
+    w = torch.randn_like(y)
+    gx, gk = torch.autograd.grad((y * w).sum(), (x, k))
+    x64.requires_grad_()
+    k64.requires_grad_()
+    ref = long_conv1d(x64, k64, zero_lag=49, backend='direct')
+    rgx, rgk = torch.autograd.grad((ref * w.double()).sum(), (x64, k64))
+    torch.testing.assert_close(y.double(), ref, rtol=0, atol=1e-4)
+    torch.testing.assert_close(gx.double(), rgx, rtol=0, atol=1e-4)
+    torch.testing.assert_close(gk.double(), rgk, rtol=0, atol=1e-3)
+
+
+def test_fused_kernel_build_failure_falls_back_once(monkeypatch):
+    from mrconvnext.ops import _warnings
+
+    def broken(verbose=False):
+        raise RuntimeError('simulated build failure')
+
+    monkeypatch.setattr(_native, 'build_fftconv_cpu', broken)
+    monkeypatch.setattr(_native, '_modules', {})
+    monkeypatch.setattr(_warnings, '_warned', set())
+    x = torch.randn(2, 3, 30)
+    k = torch.randn(3, 59)
+    with pytest.warns(RuntimeWarning, match='mrconvnext_fftconv_cpu failed'):
+        y = long_conv1d(x, k, zero_lag=29, backend='fft')
+    torch.testing.assert_close(y.double(), shifted_sum_conv(x.double(), k.double(), 29), rtol=0, atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        long_conv1d(x, k, zero_lag=29, backend='fft')  # warned once only
+
+
+@needs_fused
+def test_fused_kernel_rejects_bad_arguments():
+    module = _native.build_fftconv_cpu()
+    x = torch.randn(2, 3, 10)
+    k_f = torch.randn(1, 3, 11, dtype=torch.complex64)
+    out = torch.empty(2, 1, 3, 10)
+    with pytest.raises(RuntimeError, match='float32'):
+        module.fft_conv_forward(x.double(), k_f, 20, None, out, 4)
+    with pytest.raises(RuntimeError, match='k_f must be'):
+        module.fft_conv_forward(x, k_f[..., :5], 20, None, out, 4)
+    with pytest.raises(RuntimeError, match='out must be'):
+        module.fft_conv_forward(x, k_f, 20, None, out[:, :, :2], 4)
+    with pytest.raises(RuntimeError, match='need L <= n'):
+        module.fft_conv_forward(x, torch.randn(1, 3, 3, dtype=torch.complex64), 4, None, out, 4)
