@@ -217,7 +217,8 @@ class _FFTConv(torch.autograd.Function):
     - ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``        (correlation of the gradient with the input)
 
     ``X`` is recomputed chunk by chunk in the backward rather than stored: one extra input transform for
-    half the saved memory of a complex spectrum.
+    half the saved memory of a complex spectrum. float32 on the CPU runs both directions in the fused native
+    kernel where it builds (see :func:`_conv_chunks`).
     """
 
     @staticmethod
@@ -238,6 +239,9 @@ class _FFTConv(torch.autograd.Function):
         B, C, L = x.shape
         N = k_f.shape[0]
         need_x, need_k = ctx.needs_input_grad[:2]
+        if x.device.type == 'cpu' and x.dtype == torch.float32 and (fused := _native.load_fftconv_cpu()) is not None:
+            grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, grad_y, need_x, need_k, _fused_rows(n))
+            return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None, None
         grad_x = x.new_empty((B, C, L)) if need_x else None
         grad_k_f = torch.zeros_like(k_f) if need_k else None
         k_conj = k_f.conj().resolve_conj()

@@ -229,32 +229,67 @@ def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias):
 
 
 @needs_fused
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('N', [1, 3])
+@pytest.mark.parametrize('block', [1, 3, 1000])
+@pytest.mark.parametrize('needs', [(True, True), (True, False), (False, True)])
+def test_fused_backward_matches_float64_autograd(layout, N, block, needs):
+    """The native backward against float64 autograd through the direct (F.conv1d) path."""
+    from mrconvnext.ops.long_conv import _spectrum
+
+    module = _native.build_fftconv_cpu()
+    B, C, L, K, zero_lag = 3, 7, 20, 31, 12
+    n = fft_length(L, K, zero_lag)
+    x64 = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
+    k64 = torch.randn(N, C, K, dtype=torch.float64, requires_grad=True)
+    g64 = torch.randn(B, N, C, L, dtype=torch.float64)
+    ref_x, ref_k = torch.autograd.grad(long_conv1d(x64, k64, zero_lag=zero_lag, backend='direct'), (x64, k64), g64)
+    x, g = x64.detach().float(), g64.float()
+    if layout == 'channels_last':
+        x, g = x.mT.contiguous().mT, g.transpose(2, 3).contiguous().transpose(2, 3)
+    k_f = _spectrum(k64.detach().float(), zero_lag, n).contiguous()
+    grad_x, grad_k_f = module.fft_conv_backward(x, k_f, n, g, *needs, block)
+    if needs[0]:
+        assert grad_x.stride() == x.stride()  # laid out like x
+        torch.testing.assert_close(grad_x.double(), ref_x, rtol=0, atol=1e-5 * ref_x.abs().max().item())
+    else:
+        assert grad_x is None
+    if needs[1]:
+        # the spectrum of the circular kernel's gradient; the taps sit at lag mod n (see circular_kernel)
+        grad_circ = torch.fft.irfft(grad_k_f, n=n).double()
+        grad_k = torch.cat([grad_circ[..., n - zero_lag :], grad_circ[..., : K - zero_lag]], dim=-1)
+        torch.testing.assert_close(grad_k, ref_k, rtol=0, atol=1e-5 * ref_k.abs().max().item())
+    else:
+        assert grad_k_f is None
+
+
+@needs_fused
 def test_long_conv1d_float32_runs_the_fused_kernel(monkeypatch):
-    """float32 CPU inputs go through the fused kernel, inference and training forward alike; the
-    gradients (hand-written backward) stay those of the float64 direct convolution."""
+    """float32 CPU inputs go through the fused kernel (inference, training forward and backward); values and
+    gradients match the float64 direct convolution."""
     from mrconvnext.ops import long_conv
 
     module = _native.build_fftconv_cpu()
     calls = []
 
     class Spy:
-        def fft_conv_forward(self, *args):
-            calls.append(args[-1])
-            return module.fft_conv_forward(*args)
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(module, name)
 
     monkeypatch.setattr(long_conv._native, 'load_fftconv_cpu', lambda: Spy())
     x64 = torch.randn(2, 4, 50, dtype=torch.float64)
     k64 = torch.randn(2, 4, 99, dtype=torch.float64)
     with torch.no_grad():
         y = long_conv1d(x64.float(), k64[0].float(), zero_lag=49, backend='fft')
-    assert len(calls) == 1
+    assert calls == ['fft_conv_forward']
     torch.testing.assert_close(y.double(), shifted_sum_conv(x64, k64[0], 49), rtol=0, atol=1e-4)
     x = x64.float().requires_grad_()
     k = k64.float().requires_grad_()
     y = long_conv1d(x, k, zero_lag=49, backend='fft')
-    assert len(calls) == 2
     w = torch.randn_like(y)
     gx, gk = torch.autograd.grad((y * w).sum(), (x, k))
+    assert calls == ['fft_conv_forward', 'fft_conv_forward', 'fft_conv_backward']
     x64.requires_grad_()
     k64.requires_grad_()
     ref = long_conv1d(x64, k64, zero_lag=49, backend='direct')
@@ -297,3 +332,5 @@ def test_fused_kernel_rejects_bad_arguments():
         module.fft_conv_forward(x, k_f, 20, None, out[:, :, :2], 4)
     with pytest.raises(RuntimeError, match='need L <= n'):
         module.fft_conv_forward(x, torch.randn(1, 3, 3, dtype=torch.complex64), 4, None, out, 4)
+    with pytest.raises(RuntimeError, match='grad_y must be'):
+        module.fft_conv_backward(x, k_f, 20, out[:, :, :2], True, True, 4)
