@@ -24,8 +24,9 @@ enum DFTI_CONFIG_VALUE {
   DFTI_NOT_INPLACE = 44,
 };
 
-// DftiCreateDescriptor(&h, DFTI_SINGLE, DFTI_REAL, 1, n) is a macro for this function in mkl_dfti.h.
+// DftiCreateDescriptor(&h, DFTI_SINGLE / DFTI_DOUBLE, DFTI_REAL, 1, n) is a macro for these in mkl_dfti.h.
 MKL_LONG DftiCreateDescriptor_s_1d(DFTI_DESCRIPTOR_HANDLE*, enum DFTI_CONFIG_VALUE domain, ...);
+MKL_LONG DftiCreateDescriptor_d_1d(DFTI_DESCRIPTOR_HANDLE*, enum DFTI_CONFIG_VALUE domain, ...);
 MKL_LONG DftiCommitDescriptor(DFTI_DESCRIPTOR_HANDLE);
 MKL_LONG DftiComputeForward(DFTI_DESCRIPTOR_HANDLE, void*, ...);
 MKL_LONG DftiComputeBackward(DFTI_DESCRIPTOR_HANDLE, void*, ...);

@@ -1,18 +1,23 @@
-// Fused forward and backward of the depthwise FFT long convolution on the CPU (float32).
+// Fused depthwise FFT long convolution on the CPU (float32 / float64), forward and backward, plus the two
+// passes that fuse per-branch BatchNorm + weighted sum (MRConv training) around it.
 //
 //   out[b, i, c, t] = (irfft_n(rfft_n(x[b, c, :]) * k_f[i, c, :]))[t] + bias[c],   0 <= t < L
 //
 // x (B, C, L) and out (B, N, C, L) with any strides (a flattened channels-last map is read and written in
-// place), k_f (N, C, n/2 + 1) complex64 contiguous: the spectra of the circular kernels (see long_conv.py for
+// place), k_f (N, C, n/2 + 1) complex contiguous: the spectra of the circular kernels (see long_conv.py for
 // the lag convention; the caller picks n so that nothing wraps around). Parallel over (batch item, block of
 // channels); each task gathers its sequences into a zero-tailed buffer, runs one batched real FFT per
 // direction with oneMKL DFTI (single-threaded inside the task) and scatters the cropped result, so the
 // padded input, spectra and output of a block stay in the core's cache. torch.fft does the same arithmetic
 // with whole-tensor or per-chunk calls, paying for padded copies, strided gathers and scatters in memory.
+// Sums over the batch (kernel gradients, statistics) go to per-thread partials: no atomics, and the result
+// is deterministic for a given thread count.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -20,6 +25,19 @@
 #include "dfti.h"
 
 namespace {
+
+template <typename T>
+struct Prec;
+template <>
+struct Prec<float> {
+  static constexpr uint64_t tag = 0;
+  static MKL_LONG create(DFTI_DESCRIPTOR_HANDLE* h, MKL_LONG n) { return DftiCreateDescriptor_s_1d(h, DFTI_REAL, n); }
+};
+template <>
+struct Prec<double> {
+  static constexpr uint64_t tag = 1;
+  static MKL_LONG create(DFTI_DESCRIPTOR_HANDLE* h, MKL_LONG n) { return DftiCreateDescriptor_d_1d(h, DFTI_REAL, n); }
+};
 
 struct Plan {
   DFTI_DESCRIPTOR_HANDLE fwd = nullptr;
@@ -30,10 +48,11 @@ void dfti_check(MKL_LONG status, const char* what) {
   TORCH_CHECK(status == 0, "fftconv (cpu): ", what, " failed: ", DftiErrorMessage(status));
 }
 
+template <typename T>
 DFTI_DESCRIPTOR_HANDLE make_descriptor(int64_t n, int64_t rows, bool forward) {
   const MKL_LONG spec = n / 2 + 1;
   DFTI_DESCRIPTOR_HANDLE h = nullptr;
-  dfti_check(DftiCreateDescriptor_s_1d(&h, DFTI_REAL, static_cast<MKL_LONG>(n)), "DftiCreateDescriptor");
+  dfti_check(Prec<T>::create(&h, static_cast<MKL_LONG>(n)), "DftiCreateDescriptor");
   dfti_check(DftiSetValue(h, DFTI_PLACEMENT, DFTI_NOT_INPLACE), "DFTI_PLACEMENT");
   dfti_check(DftiSetValue(h, DFTI_CONJUGATE_EVEN_STORAGE, DFTI_COMPLEX_COMPLEX), "DFTI_CONJUGATE_EVEN_STORAGE");
   dfti_check(DftiSetValue(h, DFTI_NUMBER_OF_TRANSFORMS, static_cast<MKL_LONG>(rows)), "DFTI_NUMBER_OF_TRANSFORMS");
@@ -46,191 +65,378 @@ DFTI_DESCRIPTOR_HANDLE make_descriptor(int64_t n, int64_t rows, bool forward) {
 }
 
 // Committed descriptors per thread (a task never shares its descriptor), kept for the thread's lifetime.
+template <typename T>
 const Plan& plan_for(int64_t n, int64_t rows) {
   thread_local std::unordered_map<uint64_t, Plan> plans;
-  const uint64_t key = (static_cast<uint64_t>(n) << 24) | static_cast<uint64_t>(rows);
+  const uint64_t key = (static_cast<uint64_t>(n) << 25) | (Prec<T>::tag << 24) | static_cast<uint64_t>(rows);
   auto it = plans.find(key);
   if (it == plans.end()) {
     Plan p;
-    p.fwd = make_descriptor(n, rows, true);
-    p.bwd = make_descriptor(n, rows, false);
+    p.fwd = make_descriptor<T>(n, rows, true);
+    p.bwd = make_descriptor<T>(n, rows, false);
     it = plans.emplace(key, p).first;
   }
   return it->second;
 }
 
-// rows sequences of length L (element (c, t) at src[c * sc + t * st]) -> the first L columns of dst (rows, n).
-void gather_rows(const float* src, int64_t sc, int64_t st, int64_t rows, int64_t L, int64_t n, float* dst) {
+// rows sequences of length L (element (c, t) at src[c * sc + t * st]) -> the first L columns of dst (rows, ld).
+template <typename T>
+void gather_rows(const T* src, int64_t sc, int64_t st, int64_t rows, int64_t L, int64_t ld, T* dst) {
   if (sc == 1) {  // channels-last: walk the channels of one position contiguously
     for (int64_t t = 0; t < L; ++t)
-      for (int64_t c = 0; c < rows; ++c) dst[c * n + t] = src[t * st + c];
+      for (int64_t c = 0; c < rows; ++c) dst[c * ld + t] = src[t * st + c];
   } else {
     for (int64_t c = 0; c < rows; ++c)
-      for (int64_t t = 0; t < L; ++t) dst[c * n + t] = src[c * sc + t * st];
+      for (int64_t t = 0; t < L; ++t) dst[c * ld + t] = src[c * sc + t * st];
   }
 }
 
-// dst(c, t) = src[c * n + t] * scale + bias[c] for t < L (bias may be null), dst element at c * dc + t * dt.
-void scatter_rows(const float* src, int64_t n, int64_t rows, int64_t L, float scale, const float* bias, float* dst,
-                  int64_t dc, int64_t dt) {
+// dst(c, t) = src[c * ld + t] * scale + bias[c] for t < L (bias may be null); dst element at c * dc + t * dt.
+template <typename T>
+void scatter_rows(const T* src, int64_t ld, int64_t rows, int64_t L, T scale, const T* bias, T* dst, int64_t dc,
+                  int64_t dt) {
   if (dc == 1) {
     for (int64_t t = 0; t < L; ++t)
-      for (int64_t c = 0; c < rows; ++c) dst[t * dt + c] = src[c * n + t] * scale + (bias ? bias[c] : 0.0f);
+      for (int64_t c = 0; c < rows; ++c) dst[t * dt + c] = src[c * ld + t] * scale + (bias ? bias[c] : T(0));
   } else {
     for (int64_t c = 0; c < rows; ++c) {
-      const float bc = bias ? bias[c] : 0.0f;
-      for (int64_t t = 0; t < L; ++t) dst[c * dc + t * dt] = src[c * n + t] * scale + bc;
+      const T bc = bias ? bias[c] : T(0);
+      for (int64_t t = 0; t < L; ++t) dst[c * dc + t * dt] = src[c * ld + t] * scale + bc;
     }
   }
+}
+
+// Sum and sum of squares of v[0..L) in double, via 8 independent partial sums in T (vectorizable).
+template <typename T>
+void sum_and_squares(const T* v, int64_t L, T scale, T shift, double* out2) {
+  T s[8] = {}, q[8] = {};
+  int64_t t = 0;
+  for (; t + 8 <= L; t += 8)
+    for (int j = 0; j < 8; ++j) {
+      const T u = v[t + j] * scale + shift;
+      s[j] += u;
+      q[j] += u * u;
+    }
+  double ds = 0, dq = 0;
+  for (int j = 0; j < 8; ++j) ds += s[j], dq += q[j];
+  for (; t < L; ++t) {
+    const double u = static_cast<double>(v[t] * scale + shift);
+    ds += u;
+    dq += u * u;
+  }
+  out2[0] += ds;
+  out2[1] += dq;
+}
+
+template <typename T>
+using Complex = c10::complex<T>;
+
+void check_cpu(std::initializer_list<const at::Tensor*> ts) {
+  for (const at::Tensor* t : ts) TORCH_CHECK(!t->defined() || t->device().is_cpu(), "fftconv (cpu): expected CPU tensors");
+}
+
+// x (B, C, L) real, k_f (N, C, n/2+1) complex of the same precision, contiguous; returns (B, C, L, N, F).
+std::array<int64_t, 5> check_conv_args(const at::Tensor& x, const at::Tensor& k_f, int64_t n, int64_t block) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
+              "fftconv (cpu): x must be float32 or float64, got ", x.scalar_type());
+  TORCH_CHECK(k_f.scalar_type() == c10::toComplexType(x.scalar_type()) && k_f.is_contiguous() && k_f.dim() == 3,
+              "fftconv (cpu): k_f must be a contiguous (N, C, F) ", c10::toComplexType(x.scalar_type()), " tensor");
+  TORCH_CHECK(x.dim() == 3, "fftconv (cpu): expected x (B, C, L)");
+  const int64_t B = x.size(0), C = x.size(1), L = x.size(2), N = k_f.size(0), F = n / 2 + 1;
+  TORCH_CHECK(n >= L && n < (int64_t(1) << 38), "fftconv (cpu): need L <= n, got L=", L, ", n=", n);
+  TORCH_CHECK(k_f.size(1) == C && k_f.size(2) == F, "fftconv (cpu): k_f must be (N, ", C, ", ", F, ")");
+  TORCH_CHECK(block >= 1 && block < (int64_t(1) << 24), "fftconv (cpu): block must be in [1, 2^24)");
+  return {B, C, L, N, F};
+}
+
+void check_bnl(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t B, int64_t N, int64_t C, int64_t L) {
+  TORCH_CHECK(t.scalar_type() == dtype, "fftconv (cpu): ", name, " must have dtype ", dtype);
+  TORCH_CHECK(t.dim() == 4 && t.size(0) == B && t.size(1) == N && t.size(2) == C && t.size(3) == L,
+              "fftconv (cpu): ", name, " must be (", B, ", ", N, ", ", C, ", ", L, ")");
 }
 
 }  // namespace
 
-void fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const c10::optional<at::Tensor>& bias,
-                      at::Tensor& out, int64_t block) {
-  TORCH_CHECK(x.device().is_cpu() && k_f.device().is_cpu() && out.device().is_cpu(),
-              "fftconv (cpu): expected CPU tensors");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat, "fftconv (cpu): x and out must be float32");
-  TORCH_CHECK(k_f.scalar_type() == at::kComplexFloat && k_f.is_contiguous() && k_f.dim() == 3,
-              "fftconv (cpu): k_f must be a contiguous (N, C, F) complex64 tensor");
-  TORCH_CHECK(x.dim() == 3 && out.dim() == 4, "fftconv (cpu): expected x (B, C, L) and out (B, N, C, L)");
-  const int64_t B = x.size(0), C = x.size(1), L = x.size(2), N = k_f.size(0), F = n / 2 + 1;
-  TORCH_CHECK(n >= L && n < (int64_t(1) << 40), "fftconv (cpu): need L <= n, got L=", L, ", n=", n);
-  TORCH_CHECK(k_f.size(1) == C && k_f.size(2) == F, "fftconv (cpu): k_f must be (N, ", C, ", ", F, ")");
-  TORCH_CHECK(out.size(0) == B && out.size(1) == N && out.size(2) == C && out.size(3) == L,
-              "fftconv (cpu): out must be (", B, ", ", N, ", ", C, ", ", L, ")");
-  TORCH_CHECK(block >= 1 && block < (int64_t(1) << 24), "fftconv (cpu): block must be in [1, 2^24)");
-  const float* bp = nullptr;
+// Forward; with_stats also returns the per-(i, c) [sum, sum of squares] over (b, t) of the written values,
+// (N, C, 2) float64 (the BatchNorm statistics of each branch, without a second pass over out).
+at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const c10::optional<at::Tensor>& bias,
+                            at::Tensor& out, int64_t block, bool with_stats) {
+  check_cpu({&x, &k_f, &out});
+  const std::array<int64_t, 5> dims = check_conv_args(x, k_f, n, block);
+  const int64_t B = dims[0], C = dims[1], L = dims[2], N = dims[3], F = dims[4];
+  check_bnl(out, "out", x.scalar_type(), B, N, C, L);
   at::Tensor bias_c;
   if (bias.has_value() && bias->defined()) {
     bias_c = bias->contiguous();
-    TORCH_CHECK(bias_c.device().is_cpu() && bias_c.scalar_type() == at::kFloat && bias_c.numel() == C,
-                "fftconv (cpu): bias must be a float32 (C,) CPU tensor");
-    bp = bias_c.data_ptr<float>();
+    TORCH_CHECK(bias_c.device().is_cpu() && bias_c.scalar_type() == x.scalar_type() && bias_c.numel() == C,
+                "fftconv (cpu): bias must be a (C,) CPU tensor of x's dtype");
   }
-  if (x.numel() == 0 || N == 0) return;
+  const int64_t threads = at::get_num_threads();
+  at::Tensor partial = with_stats ? at::zeros({threads, N, C, 2}, x.options().dtype(at::kDouble)) : at::Tensor();
+  if (x.numel() == 0 || N == 0) return with_stats ? partial.sum(0) : at::Tensor();
   block = std::min(block, C);
   const int64_t nblk = (C + block - 1) / block;
-  const float* xp = x.data_ptr<float>();
-  const auto* kp = reinterpret_cast<const float*>(k_f.data_ptr<c10::complex<float>>());
-  float* op = out.data_ptr<float>();
-  const int64_t xs_b = x.stride(0), xs_c = x.stride(1), xs_t = x.stride(2);
-  const int64_t os_b = out.stride(0), os_i = out.stride(1), os_c = out.stride(2), os_t = out.stride(3);
-  const float inv_n = 1.0f / static_cast<float>(n);
-
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> in(block * n, 0.0f);  // columns [L, n) stay zero: the padding
-    std::vector<float> res(block * n);
-    std::vector<float> spec(2 * block * F), prod(2 * block * F);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
-      const Plan& plan = plan_for(n, rows);
-      gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, n, in.data());
-      dfti_check(DftiComputeForward(plan.fwd, in.data(), spec.data()), "DftiComputeForward");
-      for (int64_t i = 0; i < N; ++i) {
-        const float* kb = kp + 2 * (i * C + c0) * F;
-        for (int64_t j = 0; j < rows * F; ++j) {  // complex product, written out (std::complex adds NaN checks)
-          const float ar = spec[2 * j], ai = spec[2 * j + 1], br = kb[2 * j], bi = kb[2 * j + 1];
-          prod[2 * j] = ar * br - ai * bi;
-          prod[2 * j + 1] = ar * bi + ai * br;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fft_conv_forward", [&] {
+    using T = scalar_t;
+    const T* xp = x.data_ptr<T>();
+    const T* kp = reinterpret_cast<const T*>(k_f.data_ptr<Complex<T>>());
+    const T* bp = bias_c.defined() ? bias_c.data_ptr<T>() : nullptr;
+    T* op = out.data_ptr<T>();
+    double* sp = with_stats ? partial.data_ptr<double>() : nullptr;
+    const int64_t xs_b = x.stride(0), xs_c = x.stride(1), xs_t = x.stride(2);
+    const int64_t os_b = out.stride(0), os_i = out.stride(1), os_c = out.stride(2), os_t = out.stride(3);
+    const T inv_n = T(1) / static_cast<T>(n);
+    at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> in(block * n, T(0));  // columns [L, n) stay zero: the padding
+      std::vector<T> res(block * n), spec(2 * block * F), prod(2 * block * F);
+      double* part = with_stats ? sp + at::get_thread_num() * N * C * 2 : nullptr;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
+        const Plan& plan = plan_for<T>(n, rows);
+        gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, n, in.data());
+        dfti_check(DftiComputeForward(plan.fwd, in.data(), spec.data()), "DftiComputeForward");
+        for (int64_t i = 0; i < N; ++i) {
+          const T* kb = kp + 2 * (i * C + c0) * F;
+          for (int64_t j = 0; j < rows * F; ++j) {  // complex product, written out (std::complex adds NaN checks)
+            const T ar = spec[2 * j], ai = spec[2 * j + 1], br = kb[2 * j], bi = kb[2 * j + 1];
+            prod[2 * j] = ar * br - ai * bi;
+            prod[2 * j + 1] = ar * bi + ai * br;
+          }
+          dfti_check(DftiComputeBackward(plan.bwd, prod.data(), res.data()), "DftiComputeBackward");
+          const T* bb = bp ? bp + c0 : nullptr;
+          scatter_rows(res.data(), n, rows, L, inv_n, bb, op + b * os_b + i * os_i + c0 * os_c, os_c, os_t);
+          if (part)
+            for (int64_t c = 0; c < rows; ++c)
+              sum_and_squares(res.data() + c * n, L, inv_n, bb ? bb[c] : T(0), part + (i * C + c0 + c) * 2);
         }
-        dfti_check(DftiComputeBackward(plan.bwd, prod.data(), res.data()), "DftiComputeBackward");
-        scatter_rows(res.data(), n, rows, L, inv_n, bp ? bp + c0 : nullptr, op + b * os_b + i * os_i + c0 * os_c, os_c,
-                     os_t);
       }
-    }
+    });
   });
+  return with_stats ? partial.sum(0) : at::Tensor();
 }
 
-// Backward of fft_conv_forward (without the bias): with G_i = rfft_n(grad_y[:, i]) and X = rfft_n(x),
+// Backward of fft_conv_forward (without the bias): with G_i = rfft_n(dy_i) and X = rfft_n(x),
 //   grad_x = crop_L(irfft_n(sum_i G_i * conj(k_f[i])))        written to a tensor laid out like x;
 //   grad_k_f[i] = sum_b G_bi * conj(X_b)                       un-normalized spectrum; the caller's irfft_n
-// gives the gradient of the circular kernel. Same tasks as the forward; the sum over b is accumulated per
-// thread (no atomics, deterministic for a fixed thread count) and the thread partials are added at the end.
-std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const at::Tensor& grad_y,
-                                          bool need_x, bool need_k, int64_t block) {
-  TORCH_CHECK(x.device().is_cpu() && k_f.device().is_cpu() && grad_y.device().is_cpu(),
-              "fftconv (cpu): expected CPU tensors");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && grad_y.scalar_type() == at::kFloat,
-              "fftconv (cpu): x and grad_y must be float32");
-  TORCH_CHECK(k_f.scalar_type() == at::kComplexFloat && k_f.is_contiguous() && k_f.dim() == 3,
-              "fftconv (cpu): k_f must be a contiguous (N, C, F) complex64 tensor");
-  TORCH_CHECK(x.dim() == 3 && grad_y.dim() == 4, "fftconv (cpu): expected x (B, C, L) and grad_y (B, N, C, L)");
-  const int64_t B = x.size(0), C = x.size(1), L = x.size(2), N = k_f.size(0), F = n / 2 + 1;
-  TORCH_CHECK(n >= L && n < (int64_t(1) << 40), "fftconv (cpu): need L <= n, got L=", L, ", n=", n);
-  TORCH_CHECK(k_f.size(1) == C && k_f.size(2) == F, "fftconv (cpu): k_f must be (N, ", C, ", ", F, ")");
-  TORCH_CHECK(grad_y.size(0) == B && grad_y.size(1) == N && grad_y.size(2) == C && grad_y.size(3) == L,
-              "fftconv (cpu): grad_y must be (", B, ", ", N, ", ", C, ", ", L, ")");
-  TORCH_CHECK(block >= 1 && block < (int64_t(1) << 24), "fftconv (cpu): block must be in [1, 2^24)");
+// gives the gradient of the circular kernel. dy = grad (B, N, C, L); or, with coef (3, N, C) and z given,
+// grad is g (B, C, L) and dy_i = coef[0, i] * g + coef[1, i] * z_i + coef[2, i] per channel (the BatchNorm
+// backward folded into the gather, so the (B, N, C, L) gradient never exists).
+std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const at::Tensor& grad,
+                                          bool need_x, bool need_k, int64_t block,
+                                          const c10::optional<at::Tensor>& z_opt,
+                                          const c10::optional<at::Tensor>& coef_opt) {
+  check_cpu({&x, &k_f, &grad});
+  const std::array<int64_t, 5> dims = check_conv_args(x, k_f, n, block);
+  const int64_t B = dims[0], C = dims[1], L = dims[2], N = dims[3], F = dims[4];
+  const bool folded = coef_opt.has_value() && coef_opt->defined();
+  at::Tensor z, coef;
+  if (folded) {
+    TORCH_CHECK(z_opt.has_value() && z_opt->defined(), "fftconv (cpu): coef needs z");
+    z = *z_opt;
+    coef = coef_opt->contiguous();
+    check_cpu({&z, &coef});
+    check_bnl(z, "z", x.scalar_type(), B, N, C, L);
+    TORCH_CHECK(coef.scalar_type() == x.scalar_type() && coef.dim() == 3 && coef.size(0) == 3 && coef.size(1) == N &&
+                    coef.size(2) == C,
+                "fftconv (cpu): coef must be (3, ", N, ", ", C, ") of x's dtype");
+    TORCH_CHECK(grad.scalar_type() == x.scalar_type() && grad.sizes() == x.sizes(),
+                "fftconv (cpu): with coef, grad must be (", B, ", ", C, ", ", L, ") of x's dtype");
+  } else {
+    check_bnl(grad, "grad_y", x.scalar_type(), B, N, C, L);
+  }
   at::Tensor grad_x = need_x ? at::empty_like(x) : at::Tensor();
   const int64_t threads = at::get_num_threads();
   at::Tensor partial = need_k ? at::zeros({threads, N, C, F}, k_f.options()) : at::Tensor();
-  if (x.numel() == 0 || N == 0 || (!need_x && !need_k))
-    return {grad_x, need_k ? partial.sum(0) : at::Tensor()};
+  if (x.numel() == 0 || N == 0 || (!need_x && !need_k)) return {grad_x, need_k ? partial.sum(0) : at::Tensor()};
   block = std::min(block, C);
   const int64_t nblk = (C + block - 1) / block;
-  const float* xp = x.data_ptr<float>();
-  const float* gp = grad_y.data_ptr<float>();
-  const auto* kp = reinterpret_cast<const float*>(k_f.data_ptr<c10::complex<float>>());
-  float* dxp = need_x ? grad_x.data_ptr<float>() : nullptr;
-  auto* pp = need_k ? reinterpret_cast<float*>(partial.data_ptr<c10::complex<float>>()) : nullptr;
-  const int64_t xs_b = x.stride(0), xs_c = x.stride(1), xs_t = x.stride(2);
-  const int64_t gs_b = grad_y.stride(0), gs_i = grad_y.stride(1), gs_c = grad_y.stride(2), gs_t = grad_y.stride(3);
-  const int64_t ds_b = need_x ? grad_x.stride(0) : 0, ds_c = need_x ? grad_x.stride(1) : 0,
-                ds_t = need_x ? grad_x.stride(2) : 0;
-  const float inv_n = 1.0f / static_cast<float>(n);
-
-  at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> in(block * n, 0.0f);  // columns [L, n) stay zero: the padding
-    std::vector<float> res(need_x ? block * n : 0);
-    std::vector<float> xs(need_k ? 2 * block * F : 0), gs(2 * block * F), acc(need_x ? 2 * block * F : 0);
-    float* part = need_k ? pp + at::get_thread_num() * 2 * N * C * F : nullptr;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
-      const Plan& plan = plan_for(n, rows);
-      if (need_k) {
-        gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, n, in.data());
-        dfti_check(DftiComputeForward(plan.fwd, in.data(), xs.data()), "DftiComputeForward");
-      }
-      if (need_x) std::fill(acc.begin(), acc.begin() + 2 * rows * F, 0.0f);
-      for (int64_t i = 0; i < N; ++i) {
-        gather_rows(gp + b * gs_b + i * gs_i + c0 * gs_c, gs_c, gs_t, rows, L, n, in.data());
-        dfti_check(DftiComputeForward(plan.fwd, in.data(), gs.data()), "DftiComputeForward");
-        if (need_x) {
-          const float* kb = kp + 2 * (i * C + c0) * F;
-          for (int64_t j = 0; j < rows * F; ++j) {  // acc += G * conj(K)
-            const float gr = gs[2 * j], gi = gs[2 * j + 1], kr = kb[2 * j], ki = kb[2 * j + 1];
-            acc[2 * j] += gr * kr + gi * ki;
-            acc[2 * j + 1] += gi * kr - gr * ki;
-          }
-        }
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fft_conv_backward", [&] {
+    using T = scalar_t;
+    const T* xp = x.data_ptr<T>();
+    const T* gp = grad.data_ptr<T>();
+    const T* zp = folded ? z.data_ptr<T>() : nullptr;
+    const T* cp = folded ? coef.data_ptr<T>() : nullptr;
+    const T* kp = reinterpret_cast<const T*>(k_f.data_ptr<Complex<T>>());
+    T* dxp = need_x ? grad_x.data_ptr<T>() : nullptr;
+    T* pp = need_k ? reinterpret_cast<T*>(partial.data_ptr<Complex<T>>()) : nullptr;
+    const int64_t xs_b = x.stride(0), xs_c = x.stride(1), xs_t = x.stride(2);
+    // g: (B, C, L) when folded (no branch axis), else (B, N, C, L)
+    const int64_t gs_b = grad.stride(0), gs_i = folded ? 0 : grad.stride(1), gs_c = grad.stride(folded ? 1 : 2),
+                  gs_t = grad.stride(folded ? 2 : 3);
+    const int64_t zs_b = folded ? z.stride(0) : 0, zs_i = folded ? z.stride(1) : 0, zs_c = folded ? z.stride(2) : 0,
+                  zs_t = folded ? z.stride(3) : 0;
+    const int64_t ds_b = need_x ? grad_x.stride(0) : 0, ds_c = need_x ? grad_x.stride(1) : 0,
+                  ds_t = need_x ? grad_x.stride(2) : 0;
+    const T inv_n = T(1) / static_cast<T>(n);
+    at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> in(block * n, T(0)), gbuf(folded ? block * L : 0);
+      std::vector<T> res(need_x ? block * n : 0);
+      std::vector<T> xs(need_k ? 2 * block * F : 0), gs(2 * block * F), acc(need_x ? 2 * block * F : 0);
+      T* part = need_k ? pp + at::get_thread_num() * 2 * N * C * F : nullptr;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
+        const Plan& plan = plan_for<T>(n, rows);
         if (need_k) {
-          float* pb = part + 2 * (i * C + c0) * F;
-          for (int64_t j = 0; j < rows * F; ++j) {  // partial += G * conj(X)
-            const float gr = gs[2 * j], gi = gs[2 * j + 1], xr = xs[2 * j], xi = xs[2 * j + 1];
-            pb[2 * j] += gr * xr + gi * xi;
-            pb[2 * j + 1] += gi * xr - gr * xi;
+          gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, n, in.data());
+          dfti_check(DftiComputeForward(plan.fwd, in.data(), xs.data()), "DftiComputeForward");
+        }
+        if (need_x) std::fill(acc.begin(), acc.begin() + 2 * rows * F, T(0));
+        if (folded) gather_rows(gp + b * gs_b + c0 * gs_c, gs_c, gs_t, rows, L, L, gbuf.data());
+        for (int64_t i = 0; i < N; ++i) {
+          if (folded) {  // dy_i = A g + Bc z_i + D, row by row
+            for (int64_t c = 0; c < rows; ++c) {
+              const T A = cp[(0 * N + i) * C + c0 + c], Bc = cp[(1 * N + i) * C + c0 + c],
+                      D = cp[(2 * N + i) * C + c0 + c];
+              const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
+              const T* gr = gbuf.data() + c * L;
+              T* dst = in.data() + c * n;
+              for (int64_t t = 0; t < L; ++t) dst[t] = A * gr[t] + Bc * zr[t * zs_t] + D;
+            }
+          } else {
+            gather_rows(gp + b * gs_b + i * gs_i + c0 * gs_c, gs_c, gs_t, rows, L, n, in.data());
+          }
+          dfti_check(DftiComputeForward(plan.fwd, in.data(), gs.data()), "DftiComputeForward");
+          if (need_x) {
+            const T* kb = kp + 2 * (i * C + c0) * F;
+            for (int64_t j = 0; j < rows * F; ++j) {  // acc += G * conj(K)
+              const T gr = gs[2 * j], gi = gs[2 * j + 1], kr = kb[2 * j], ki = kb[2 * j + 1];
+              acc[2 * j] += gr * kr + gi * ki;
+              acc[2 * j + 1] += gi * kr - gr * ki;
+            }
+          }
+          if (need_k) {
+            T* pb = part + 2 * (i * C + c0) * F;
+            for (int64_t j = 0; j < rows * F; ++j) {  // partial += G * conj(X)
+              const T gr = gs[2 * j], gi = gs[2 * j + 1], xr = xs[2 * j], xi = xs[2 * j + 1];
+              pb[2 * j] += gr * xr + gi * xi;
+              pb[2 * j + 1] += gi * xr - gr * xi;
+            }
           }
         }
+        if (need_x) {
+          dfti_check(DftiComputeBackward(plan.bwd, acc.data(), res.data()), "DftiComputeBackward");
+          scatter_rows(res.data(), n, rows, L, inv_n, static_cast<const T*>(nullptr), dxp + b * ds_b + c0 * ds_c,
+                       ds_c, ds_t);
+        }
       }
-      if (need_x) {
-        dfti_check(DftiComputeBackward(plan.bwd, acc.data(), res.data()), "DftiComputeBackward");
-        scatter_rows(res.data(), n, rows, L, inv_n, nullptr, dxp + b * ds_b + c0 * ds_c, ds_c, ds_t);
-      }
-    }
+    });
   });
   return {grad_x, need_k ? partial.sum(0) : at::Tensor()};
 }
 
+// out[b, c, t] = shift[c] + sum_i a[i, c] * z[b, i, c, t]; out (B, C, L) with any strides, z (B, N, C, L).
+void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& shift, at::Tensor& out, int64_t block) {
+  check_cpu({&z, &a, &shift, &out});
+  TORCH_CHECK(z.dim() == 4 && out.dim() == 3, "branch_combine: expected z (B, N, C, L) and out (B, C, L)");
+  const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
+  TORCH_CHECK(out.size(0) == B && out.size(1) == C && out.size(2) == L, "branch_combine: out must be (B, C, L)");
+  TORCH_CHECK(a.is_contiguous() && a.dim() == 2 && a.size(0) == N && a.size(1) == C && shift.is_contiguous() &&
+                  shift.numel() == C,
+              "branch_combine: a must be a contiguous (N, C) and shift a (C,) tensor");
+  TORCH_CHECK(z.scalar_type() == out.scalar_type() && a.scalar_type() == z.scalar_type() &&
+                  shift.scalar_type() == z.scalar_type(),
+              "branch_combine: z, a, shift and out must share a dtype");
+  TORCH_CHECK(block >= 1, "branch_combine: block must be >= 1");
+  if (out.numel() == 0) return;
+  block = std::min(block, C);
+  const int64_t nblk = (C + block - 1) / block;
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "branch_combine", [&] {
+    using T = scalar_t;
+    const T* zp = z.data_ptr<T>();
+    const T* ap = a.data_ptr<T>();
+    const T* sp = shift.data_ptr<T>();
+    T* op = out.data_ptr<T>();
+    const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
+    at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> tmp(block * L);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
+        for (int64_t c = 0; c < rows; ++c) {
+          T* dst = tmp.data() + c * L;
+          std::fill(dst, dst + L, sp[c0 + c]);
+          for (int64_t i = 0; i < N; ++i) {
+            const T ai = ap[i * C + c0 + c];
+            const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
+            for (int64_t t = 0; t < L; ++t) dst[t] += ai * zr[t * zs_t];
+          }
+        }
+        scatter_rows(tmp.data(), L, rows, L, T(1), static_cast<const T*>(nullptr),
+                     op + b * out.stride(0) + c0 * out.stride(1), out.stride(1), out.stride(2));
+      }
+    });
+  });
+}
+
+// Row 0: sum_{b,t} g[b, c, t]; row 1 + i: sum_{b,t} g[b, c, t] * z[b, i, c, t]. (N + 1, C) float64.
+at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, int64_t block) {
+  check_cpu({&g, &z});
+  TORCH_CHECK(g.dim() == 3 && z.dim() == 4, "branch_grad_stats: expected g (B, C, L) and z (B, N, C, L)");
+  const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
+  TORCH_CHECK(g.size(0) == B && g.size(1) == C && g.size(2) == L && g.scalar_type() == z.scalar_type(),
+              "branch_grad_stats: g must be (B, C, L) of z's dtype");
+  TORCH_CHECK(block >= 1, "branch_grad_stats: block must be >= 1");
+  at::Tensor out = at::zeros({N + 1, C}, z.options().dtype(at::kDouble));
+  if (z.numel() == 0) return out;
+  block = std::min(block, C);
+  const int64_t nblk = (C + block - 1) / block;
+  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "branch_grad_stats", [&] {
+    using T = scalar_t;
+    const T* gp = g.data_ptr<T>();
+    const T* zp = z.data_ptr<T>();
+    double* op = out.data_ptr<double>();
+    const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
+    at::parallel_for(0, nblk, 1, [&](int64_t begin, int64_t end) {  // a task owns its channels: no races
+      std::vector<T> gbuf(block * L);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t c0 = task * block, rows = std::min(block, C - c0);
+        for (int64_t b = 0; b < B; ++b) {
+          gather_rows(gp + b * g.stride(0) + c0 * g.stride(1), g.stride(1), g.stride(2), rows, L, L, gbuf.data());
+          for (int64_t c = 0; c < rows; ++c) {
+            const T* gr = gbuf.data() + c * L;
+            T s[8] = {};
+            int64_t t = 0;
+            for (; t + 8 <= L; t += 8)
+              for (int j = 0; j < 8; ++j) s[j] += gr[t + j];
+            double acc = 0;
+            for (int j = 0; j < 8; ++j) acc += s[j];
+            for (; t < L; ++t) acc += gr[t];
+            op[c0 + c] += acc;
+            for (int64_t i = 0; i < N; ++i) {
+              const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
+              T q[8] = {};
+              t = 0;
+              if (zs_t == 1)
+                for (; t + 8 <= L; t += 8)
+                  for (int j = 0; j < 8; ++j) q[j] += gr[t + j] * zr[t + j];
+              double dacc = 0;
+              for (int j = 0; j < 8; ++j) dacc += q[j];
+              for (; t < L; ++t) dacc += static_cast<double>(gr[t] * zr[t * zs_t]);
+              op[(1 + i) * C + c0 + c] += dacc;
+            }
+          }
+        }
+      }
+    });
+  });
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Fused depthwise FFT convolution forward and backward, CPU (oneMKL DFTI from libtorch_cpu)";
+  m.doc() = "Fused depthwise FFT convolution (+ branch BatchNorm passes), CPU, oneMKL DFTI from libtorch_cpu";
   m.def("fft_conv_forward", &fft_conv_forward,
         "out[b, i, c, :L] = irfft(rfft(x[b, c], n) * k_f[i, c])[:L] + bias[c]; x (B, C, L) and out (B, N, C, L) "
-        "float32 with any strides, k_f (N, C, n/2+1) complex64; block = channels per task",
-        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("bias"), py::arg("out"), py::arg("block"));
+        "with any strides, k_f (N, C, n/2+1) complex; block = channels per task; with_stats: also return the "
+        "(N, C, 2) float64 [sum, sum of squares] of out over (b, t)",
+        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("bias"), py::arg("out"), py::arg("block"),
+        py::arg("with_stats") = false);
   m.def("fft_conv_backward", &fft_conv_backward,
-        "(grad_x laid out like x or undefined, un-normalized grad spectrum (N, C, F) or undefined) of "
-        "fft_conv_forward without bias",
-        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("grad_y"), py::arg("need_x"), py::arg("need_k"),
+        "(grad_x laid out like x or None, un-normalized grad spectrum (N, C, F) or None) of fft_conv_forward "
+        "without bias; with z and coef (3, N, C), grad is g (B, C, L) and dy_i = coef0 g + coef1 z_i + coef2",
+        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("grad"), py::arg("need_x"), py::arg("need_k"),
+        py::arg("block"), py::arg("z") = py::none(), py::arg("coef") = py::none());
+  m.def("branch_combine", &branch_combine, "out[b, c, t] = shift[c] + sum_i a[i, c] z[b, i, c, t]", py::arg("z"),
+        py::arg("a"), py::arg("shift"), py::arg("out"), py::arg("block"));
+  m.def("branch_grad_stats", &branch_grad_stats,
+        "(N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * z_i", py::arg("g"), py::arg("z"),
         py::arg("block"));
 }

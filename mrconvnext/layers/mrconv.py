@@ -39,6 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from ..ops.long_conv import long_conv1d
 from ._checks import check_mixer_input
 from .kernel_params import (
@@ -234,12 +235,49 @@ class MRConv1d(nn.Module):
             return long_conv1d(x, kernel, bias, zero_lag=self.zero_lag, backend=self.backend)
         B, _, L = x.shape
         N, C = self.num_branches, self.dim
+        if self._fused_bn_applies(x):
+            return self._fused_conv_bn(x)
         y = long_conv1d(x, self.branch_kernels(), zero_lag=self.zero_lag, backend=self.backend)  # (B, N, C, L)
         y = y.reshape(B, N * C, L)
         if type(self.bn) is nn.BatchNorm1d and self.bn.affine:
             return self._batch_norm_alpha(y).view(B, N, C, L).sum(1)
         # any other norm module (e.g. a synchronized BatchNorm after conversion): call it, then weight by alpha
         return (self.bn(y).view(B, N, C, L) * self.alpha.to(y.dtype).unsqueeze(-1)).sum(1)
+
+    def _fused_bn_applies(self, x: torch.Tensor) -> bool:
+        """Training with batch statistics, a plain affine BatchNorm1d, the FFT backend and a CPU float32/64
+        input: then :func:`~mrconvnext.ops.branch_norm.branch_conv_bn_sum` runs the whole layer."""
+        bn = self.bn
+        return (
+            bn.training
+            and type(bn) is nn.BatchNorm1d
+            and bn.affine
+            and self.backend in ('auto', 'fft')
+            and branch_conv_bn_sum_supported(x)
+        )
+
+    def _fused_conv_bn(self, x: torch.Tensor) -> torch.Tensor:
+        """The bn-combine training forward through the fused op, with nn.BatchNorm1d's running-stat updates."""
+        bn = self.bn
+        N, C = self.num_branches, self.dim
+        dt = x.dtype
+        y, mean, var = branch_conv_bn_sum(
+            x,
+            self.branch_kernels(),
+            self.zero_lag,
+            bn.weight.view(N, C).to(dt),
+            bn.bias.view(N, C).to(dt),
+            self.alpha.to(dt),
+            bn.eps,
+        )
+        if bn.track_running_stats:
+            bn.num_batches_tracked.add_(1)
+            momentum = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+            M = x.shape[0] * x.shape[2]
+            with torch.no_grad():  # as F.batch_norm: the running variance is the unbiased one
+                bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
+                bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
+        return y
 
     def _batch_norm_alpha(self, y: torch.Tensor) -> torch.Tensor:
         """``alpha * bn(y)`` with alpha folded into the BatchNorm's affine transform: one fused op instead

@@ -1,6 +1,7 @@
 """Functional operators: no parameters, no knowledge of models."""
 
-from ._native import build_talk_cpu, build_talk_cuda
+from ._native import build_fftconv_cpu, build_talk_cpu, build_talk_cuda
+from .branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .light_conv import dynamic_conv1d, light_conv1d
 from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_length, fft_size, long_conv1d
 from .talk import (
@@ -15,6 +16,8 @@ from .talk import (
 
 __all__ = [
     'long_conv1d',
+    'branch_conv_bn_sum',
+    'branch_conv_bn_sum_supported',
     'fft_size',
     'fft_length',
     'choose_backend',
@@ -29,6 +32,7 @@ __all__ = [
     'talk_offsets_dropout',
     'build_talk_cpu',
     'build_talk_cuda',
+    'build_fftconv_cpu',
     'light_conv1d',
     'dynamic_conv1d',
 ]

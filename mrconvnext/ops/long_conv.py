@@ -181,14 +181,21 @@ def _fused_rows(n: int) -> int:
     return max(_FUSED_MIN_ROWS, _FUSED_ELEMS // n)
 
 
+def _fused_kernels(x: torch.Tensor):
+    """The fused CPU extension for float32 / float64 CPU tensors where it builds, else None."""
+    if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64):
+        return None
+    return _native.load_fftconv_cpu()
+
+
 def _conv_chunks(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
     """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``.
 
     ``out`` may be strided (e.g. a channels-last view): inputs are gathered and outputs scattered per chunk,
-    never copied whole. float32 on the CPU runs the fused native kernel (``kernels/fftconv``: the same
+    never copied whole. float32 / float64 on the CPU run the fused native kernel (``kernels/fftconv``: the same
     arithmetic, one task per block of channels with its buffers in cache) where it builds; otherwise, and
     for other dtypes and devices, torch.fft chunk by chunk."""
-    if x.device.type == 'cpu' and x.dtype == torch.float32 and (fused := _native.load_fftconv_cpu()) is not None:
+    if (fused := _fused_kernels(x)) is not None:
         fused.fft_conv_forward(x, k_f.contiguous(), n, bias, out, _fused_rows(n))
         return
     L = x.shape[-1]
@@ -217,8 +224,8 @@ class _FFTConv(torch.autograd.Function):
     - ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``        (correlation of the gradient with the input)
 
     ``X`` is recomputed chunk by chunk in the backward rather than stored: one extra input transform for
-    half the saved memory of a complex spectrum. float32 on the CPU runs both directions in the fused native
-    kernel where it builds (see :func:`_conv_chunks`).
+    half the saved memory of a complex spectrum. float32 / float64 on the CPU run both directions in the fused
+    native kernel where it builds (see :func:`_conv_chunks`).
     """
 
     @staticmethod
@@ -239,7 +246,7 @@ class _FFTConv(torch.autograd.Function):
         B, C, L = x.shape
         N = k_f.shape[0]
         need_x, need_k = ctx.needs_input_grad[:2]
-        if x.device.type == 'cpu' and x.dtype == torch.float32 and (fused := _native.load_fftconv_cpu()) is not None:
+        if (fused := _fused_kernels(x)) is not None:
             grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, grad_y, need_x, need_k, _fused_rows(n))
             return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None, None
         grad_x = x.new_empty((B, C, L)) if need_x else None

@@ -280,17 +280,31 @@ def test_deployed_form_keeps_device_and_dtype():
     assert branched.kernel.dtype == torch.float64
 
 
-def test_alpha_folded_into_batch_norm_matches_the_module_path():
-    """The fused BatchNorm+alpha path equals calling the BatchNorm module and weighting by alpha (as a
-    converted, e.g. synchronized, norm module is used): outputs, gradients and running statistics."""
+@pytest.mark.parametrize('momentum', [0.1, None])
+@pytest.mark.parametrize('path', ['fused-kernel', 'alpha-in-affine'])
+def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momentum, path):
+    """The fused paths equal calling the BatchNorm module and weighting by alpha (as a converted, e.g.
+    synchronized, norm module is used): outputs, gradients and running statistics. 'fused-kernel' is the
+    native conv + BatchNorm + sum op of CPU training; 'alpha-in-affine' the F.batch_norm path used otherwise
+    (and in eval mode by both)."""
+    from mrconvnext.layers import mrconv as mrconv_module
+
+    if path == 'alpha-in-affine':
+        monkeypatch.setattr(mrconv_module, 'branch_conv_bn_sum_supported', lambda x: False)
+    elif not mrconv_module.branch_conv_bn_sum_supported(torch.zeros(1, 1, 1)):
+        pytest.skip('fused CPU extension unavailable (no MKL or no compiler)')
+    calls = []
+    real_op = mrconv_module.branch_conv_bn_sum
+    monkeypatch.setattr(mrconv_module, 'branch_conv_bn_sum', lambda *a, **k: calls.append(1) or real_op(*a, **k))
 
     class OtherNorm(torch.nn.BatchNorm1d):  # any subclass takes the generic path
         pass
 
     fused = _make('fourier_sparse', 'bn', seq_len=40).double()
     generic = _make('fourier_sparse', 'bn', seq_len=40).double()
+    fused.bn.momentum = momentum
     generic.load_state_dict(fused.state_dict())
-    other = OtherNorm(generic.bn.num_features).double()
+    other = OtherNorm(generic.bn.num_features, momentum=momentum).double()
     other.load_state_dict(generic.bn.state_dict())
     generic.bn = other
     with torch.no_grad():
@@ -313,3 +327,4 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path():
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     for name in ('running_mean', 'running_var', 'num_batches_tracked'):
         torch.testing.assert_close(getattr(fused.bn, name), getattr(generic.bn, name))
+    assert len(calls) == (2 if path == 'fused-kernel' else 0)  # the two training steps

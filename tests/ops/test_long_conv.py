@@ -324,8 +324,10 @@ def test_fused_kernel_rejects_bad_arguments():
     x = torch.randn(2, 3, 10)
     k_f = torch.randn(1, 3, 11, dtype=torch.complex64)
     out = torch.empty(2, 1, 3, 10)
-    with pytest.raises(RuntimeError, match='float32'):
-        module.fft_conv_forward(x.double(), k_f, 20, None, out, 4)
+    with pytest.raises(RuntimeError, match='float32 or float64'):
+        module.fft_conv_forward(x.half(), k_f, 20, None, out.half(), 4)
+    with pytest.raises(RuntimeError, match='ComplexDouble'):  # k_f's precision must match x's
+        module.fft_conv_forward(x.double(), k_f, 20, None, out.double(), 4)
     with pytest.raises(RuntimeError, match='k_f must be'):
         module.fft_conv_forward(x, k_f[..., :5], 20, None, out, 4)
     with pytest.raises(RuntimeError, match='out must be'):

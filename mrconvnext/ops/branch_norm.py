@@ -1,0 +1,122 @@
+"""Multi-kernel long convolution + per-branch BatchNorm (batch statistics) + weighted sum, fused for training.
+
+For ``x (B, C, L)`` and kernels ``(N, C, K)`` (lag convention of :func:`~mrconvnext.ops.long_conv1d`)::
+
+    z_i = long_conv1d(x, kernel_i)                                           (B, C, L) each
+    y   = sum_i alpha_i * (weight_i * (z_i - mean_i) / sqrt(var_i + eps) + bias_i)
+
+with per-channel ``mean_i`` and biased ``var_i`` over batch and positions: exactly ``nn.BatchNorm1d`` in
+training mode on every branch, followed by the alpha-weighted sum (MRConv's training form, paper Eq. 10-12).
+The fused CPU kernels (``kernels/fftconv``) compute the statistics while writing ``z``, the weighted sum in one
+pass into a tensor laid out like ``x``, and in the backward fold the BatchNorm gradient into the FFT
+backward's gather, so the ``(B, N, C, L)`` gradient of ``z`` is never materialized. Only ``x``, ``z`` and the
+kernel spectra are saved. Running statistics are the caller's (it gets ``mean`` and ``var``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _native
+from .long_conv import _fused_rows, circular_kernel, crop_kernel, fft_length
+
+__all__ = ['branch_conv_bn_sum', 'branch_conv_bn_sum_supported']
+
+# Channels per task of the gradient-statistics pass (its tasks own channels, so small blocks keep both
+# threads busy on 96-channel stages).
+_STATS_ROWS = 8
+
+
+def branch_conv_bn_sum_supported(x: torch.Tensor) -> bool:
+    """Whether :func:`branch_conv_bn_sum` can run on ``x``: float32 / float64 CPU tensors where the fused
+    kernels build (builds them on first call)."""
+    if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64):
+        return False
+    return _native.load_fftconv_cpu() is not None
+
+
+class _ConvBNSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k_circ, weight, bias, alpha, n: int, eps: float, fused):
+        B, C, L = x.shape
+        N = k_circ.shape[0]
+        M = B * L
+        rows = _fused_rows(n)
+        k_f = torch.fft.rfft(k_circ).contiguous()
+        z = x.new_empty((B, N, C, L))
+        sums = fused.fft_conv_forward(x, k_f, n, None, z, rows, True)  # (N, C, 2) float64
+        mean = sums[..., 0] / M
+        var = (sums[..., 1] / M - mean * mean).clamp_min(0.0)
+        invstd = (var + eps).rsqrt()
+        w, b, a = weight.double(), bias.double(), alpha.double()
+        scale = a * w * invstd  # y = sum_i scale_i * z_i + shift
+        shift = (a * (b - w * invstd * mean)).sum(0)
+        y = torch.empty_like(x)  # laid out like x: a channels-last map stays channels-last
+        fused.branch_combine(z, scale.to(x.dtype).contiguous(), shift.to(x.dtype).contiguous(), y, rows)
+        ctx.save_for_backward(x, k_f, z, mean, invstd, weight, bias, alpha)
+        ctx.n, ctx.fused = n, fused
+        mean_out, var_out = mean.to(x.dtype), var.to(x.dtype)
+        ctx.mark_non_differentiable(mean_out, var_out)
+        return y, mean_out, var_out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g, _grad_mean, _grad_var):
+        x, k_f, z, mean, invstd, weight, bias, alpha = ctx.saved_tensors
+        n, fused = ctx.n, ctx.fused
+        B, C, L = x.shape
+        M = B * L
+        rows = _fused_rows(n)
+        sums = fused.branch_grad_stats(g, z, _STATS_ROWS)  # (N + 1, C) float64
+        s_g, s_gz = sums[0], sums[1:]
+        p = invstd * (s_gz - mean * s_g)  # sum over (b, t) of g * z_hat_i
+        w, b, a = weight.double(), bias.double(), alpha.double()
+        scale = a * w * invstd
+        # BatchNorm backward, dz_i = scale_i * (g - mean(g) - z_hat_i * mean(g * z_hat_i)), as coef0 g + coef1 z_i + coef2
+        c1 = -scale * invstd * p / M
+        c2 = -scale * s_g / M - c1 * mean
+        coef = torch.stack([scale, c1, c2]).to(x.dtype)
+        need_x, need_k, need_w, need_b, need_a = ctx.needs_input_grad[:5]
+        grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g, need_x, need_k, rows, z, coef)
+        grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else None
+        grad_w = (a * p).to(weight.dtype) if need_w else None
+        grad_b = (a * s_g).to(bias.dtype) if need_b else None
+        grad_a = (w * p + b * s_g).to(alpha.dtype) if need_a else None
+        return grad_x, grad_k, grad_w, grad_b, grad_a, None, None, None
+
+
+def branch_conv_bn_sum(
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    eps: float = 1e-5,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """See the module docstring. ``x (B, C, L)``, ``kernels (N, C, K)``, ``weight``/``bias``/``alpha (N, C)``.
+
+    Returns ``y`` (laid out like ``x``), and the batch ``mean`` and biased ``var`` ``(N, C)`` (no gradient) for
+    the caller's running statistics. Raises ValueError where BatchNorm would (one value per channel) and
+    RuntimeError where :func:`branch_conv_bn_sum_supported` is False.
+    """
+    if x.dim() != 3 or kernels.dim() != 3 or kernels.shape[1] != x.shape[1]:
+        raise ValueError(
+            f'branch_conv_bn_sum expects x (B, C, L) and kernels (N, C, K), got {tuple(x.shape)} and '
+            f'{tuple(kernels.shape)}'
+        )
+    B, C, L = x.shape
+    N = kernels.shape[0]
+    for name, t in (('weight', weight), ('bias', bias), ('alpha', alpha)):
+        if t.shape != (N, C):
+            raise ValueError(f'branch_conv_bn_sum expects {name} of shape ({N}, {C}), got {tuple(t.shape)}')
+    if B * L < 2:
+        raise ValueError(
+            f'expected more than 1 value per channel for batch statistics, got input of shape {tuple(x.shape)}'
+        )
+    if not branch_conv_bn_sum_supported(x):
+        raise RuntimeError('branch_conv_bn_sum needs float32/float64 CPU tensors and the fused CPU extension')
+    kernels, zero_lag = crop_kernel(kernels, zero_lag, L)
+    n = fft_length(L, kernels.shape[-1], zero_lag)
+    k_circ = circular_kernel(kernels.to(x.dtype), zero_lag, n)
+    return _ConvBNSum.apply(x, k_circ, weight, bias, alpha, n, eps, _native.load_fftconv_cpu())
