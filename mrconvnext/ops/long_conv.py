@@ -155,10 +155,12 @@ def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
 _CHUNK_ELEMS = 1 << 20
 
 
-def _chunks(B: int, C: int, n: int) -> Iterator[tuple[slice, slice]]:
-    """``(batch, channel)`` blocks of about ``_CHUNK_ELEMS / n`` sequences: whole channel ranges of several
-    batch items for short sequences, balanced channel ranges of one item for long ones."""
-    rows = max(1, _CHUNK_ELEMS // n)
+def _chunks(x: torch.Tensor, n: int) -> Iterator[tuple[slice, slice]]:
+    """``(batch, channel)`` blocks of ``x (B, C, L)`` of about ``_CHUNK_ELEMS / n`` sequences: whole channel ranges
+    of several batch items for short sequences, balanced channel ranges of one item for long ones. Off the CPU
+    one block (the whole tensor): GPU transforms want large batches, not cache-sized ones."""
+    B, C = x.shape[:2]
+    rows = max(1, _CHUNK_ELEMS // n) if x.device.type == 'cpu' else B * C
     if rows >= C:
         nb = rows // C
         for b0 in range(0, B, nb):
@@ -200,7 +202,7 @@ def _conv_chunks(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, 
         return
     L = x.shape[-1]
     N = k_f.shape[0]
-    for bs, cs in _chunks(x.shape[0], x.shape[1], n):
+    for bs, cs in _chunks(x, n):
         x_f = torch.fft.rfft(x[bs, cs], n=n)
         for i in range(N):
             y_f = x_f.mul_(k_f[i, cs]) if i == N - 1 else x_f * k_f[i, cs]  # the last branch reuses x_f
@@ -252,7 +254,7 @@ class _FFTConv(torch.autograd.Function):
         grad_x = x.new_empty((B, C, L)) if need_x else None
         grad_k_f = torch.zeros_like(k_f) if need_k else None
         k_conj = k_f.conj().resolve_conj()
-        for bs, cs in _chunks(B, C, n):
+        for bs, cs in _chunks(x, n):
             x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_() if need_k else None
             acc = None
             for i in range(N):

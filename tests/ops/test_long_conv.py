@@ -18,11 +18,23 @@ def _full_conv1d_reference(x, kernel, zero_lag):
     return full[..., zero_lag : zero_lag + L]
 
 
+@pytest.fixture(params=['fused', 'torch'])
+def engine(request, monkeypatch):
+    """Which FFT engine runs on the CPU: the fused native kernels (where they build) or torch.fft chunks."""
+    from mrconvnext.ops import long_conv
+
+    if request.param == 'torch':
+        monkeypatch.setattr(long_conv, '_fused_kernels', lambda x: None)
+    elif _fused_available() is not None:
+        pytest.skip(f'fused kernels unavailable: {_fused_available()}')
+    return request.param
+
+
 @pytest.mark.parametrize('backend', ['fft', 'direct', 'auto'])
 @pytest.mark.parametrize('L', [1, 16, 17])
 @pytest.mark.parametrize('K_rel', ['shorter', 'equal', 'longer'])
 @pytest.mark.parametrize('mode', ['causal', 'bidirectional'])
-def test_matches_conv1d_reference(backend, L, K_rel, mode):
+def test_matches_conv1d_reference(backend, L, K_rel, mode, engine):
     reach = {'shorter': max(1, L // 3), 'equal': L, 'longer': 2 * L + 3}[K_rel]
     K, zero_lag = (reach, 0) if mode == 'causal' else (2 * reach - 1, reach - 1)
     x = torch.randn(2, 3, L, dtype=torch.float64)
@@ -47,8 +59,10 @@ def test_asymmetric_and_stacked_kernels(backend):
 
 @pytest.mark.parametrize('stacked', [False, True])
 def test_inference_path_in_small_chunks(monkeypatch, stacked):
-    """The no-grad path works in chunks of channels; force chunks of one or two rows."""
+    """The torch.fft engine works in chunks of channels; force chunks of one or two rows."""
     from mrconvnext.ops import long_conv
+
+    monkeypatch.setattr(long_conv, '_fused_kernels', lambda x: None)
 
     x = torch.randn(3, 5, 21, dtype=torch.float64)
     k = torch.randn(*((2,) if stacked else ()), 5, 41, dtype=torch.float64)
@@ -112,6 +126,18 @@ def test_half_inputs_compute_in_float32(dtype):
     torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
 
 
+def test_chunks_cover_the_tensor_once():
+    from mrconvnext.ops.long_conv import _chunks
+
+    for shape, n in (((3, 5, 7), 1 << 17), ((4, 7, 9), 1 << 20), ((16, 96, 10), 6272), ((2, 3, 4), 1 << 30)):
+        seen = torch.zeros(shape[:2], dtype=torch.int64)
+        for bs, cs in _chunks(torch.empty(shape), n):
+            seen[bs, cs] += 1
+        assert (seen == 1).all()
+    # off the CPU: one block
+    assert list(_chunks(torch.empty(4, 6, 10, device='meta'), 16)) == [(slice(0, 4), slice(0, 6))]
+
+
 def test_gradcheck_both_backends():
     x = torch.randn(2, 2, 9, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 7, dtype=torch.float64, requires_grad=True)
@@ -123,7 +149,7 @@ def test_gradcheck_both_backends():
 
 @pytest.mark.parametrize('stacked', [False, True])
 @pytest.mark.parametrize('zero_lag', [0, 4, 10])
-def test_fft_backward_matches_direct_and_gradcheck(stacked, zero_lag):
+def test_fft_backward_matches_direct_and_gradcheck(stacked, zero_lag, engine):
     """The FFT path's hand-written backward vs gradcheck and vs autograd through F.conv1d (float64);
     with L = 9 and 11 taps, zero_lag = 10 also crops lags the sequence cannot reach."""
     x = torch.randn(3, 2, 9, dtype=torch.float64, requires_grad=True)
