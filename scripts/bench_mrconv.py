@@ -1,6 +1,6 @@
 """CPU benchmark of the MRConv layer and its FFT engine (not a test: run it, read the table).
 
-    python scripts/bench_mrconv.py                    # layer: train / branched eval / reparameterized eval
+    python scripts/bench_mrconv.py                    # layer: train / branched / reparameterized, both engines
     python scripts/bench_mrconv.py --fft-sizes        # FFT-size policy: exact vs power of two vs 7-smooth
     python scripts/bench_mrconv.py --crossover        # direct vs FFT by kernel length
 
@@ -12,6 +12,7 @@ also written as CSV to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import statistics
@@ -43,35 +44,61 @@ def row(name: str, times: list[float], base: float | None = None) -> dict:
     return r
 
 
+@contextlib.contextmanager
+def _engine(name: str):
+    """'fused': the native CPU kernels (kernels/fftconv), as shipped; 'torch': the torch.fft chunk engine and the
+    F.batch_norm training path, i.e. the same layer with the fused kernels switched off."""
+    from mrconvnext.layers import mrconv
+    from mrconvnext.ops import long_conv
+
+    saved = long_conv._fused_kernels, mrconv.branch_conv_bn_sum_supported
+    if name == 'torch':
+        long_conv._fused_kernels = lambda x: None
+        mrconv.branch_conv_bn_sum_supported = lambda x: False
+    try:
+        yield
+    finally:
+        long_conv._fused_kernels, mrconv.branch_conv_bn_sum_supported = saved
+
+
 def bench_layer(args) -> list[dict]:
     B, C, H, W = args.batch, args.dim, args.size, args.size
-    x = torch.randn(B, C, H, W)
+    # channels-last, as ConvNeXt hands its mixers their input
+    x = torch.randn(B, C, H, W).contiguous(memory_format=torch.channels_last)
     kw = dict(kernel_size=args.kernel_size, kernel_type=args.kernel_type, num_modes=args.modes, num_taps=args.taps)
-    layer = MRConv2d(C, (H, W), **kw)
     rows = []
-
-    def train_step():
-        layer.train()
-        xr = x.requires_grad_(True)
-        layer(xr).sum().backward()
-
-    t_train = timeit(train_step, args.repeats)
-    layer.eval()
+    dw = torch.nn.Conv2d(C, C, 7, padding=3, groups=C)  # the 7x7 depthwise conv MRConv replaces, for scale
     with torch.no_grad():
-        t_branched = timeit(lambda: layer(x), args.repeats)
-        y_branched = layer(x)
-        layer.reparameterize()
-        t_rep = timeit(lambda: layer(x), args.repeats)
-        err = ((layer(x) - y_branched).abs().max() / y_branched.abs().max()).item()
-        # the 7x7 depthwise conv MRConv replaces, for scale
-        dw = torch.nn.Conv2d(C, C, 7, padding=3, groups=C)
         t_dw = timeit(lambda: dw(x), args.repeats)
     base = statistics.median(t_dw)
     rows.append(row('depthwise 7x7 conv (eval, reference)', t_dw))
-    rows.append(row(f'MRConv {args.kernel_type} train fwd+bwd (bn, {layer.num_branches} branches)', t_train, base))
-    rows.append(row('MRConv branched eval', t_branched, base))
-    rows.append(row('MRConv reparameterized eval', t_rep, base))
-    print(f'reparameterized vs branched max relative difference: {err:.2e}')
+    torch.manual_seed(0)
+    layer = MRConv2d(C, (H, W), **kw)
+    for engine in args.engines:
+        with _engine(engine):
+            layer.load_state_dict(MRConv2d(C, (H, W), **kw).state_dict())  # branched again, same weights each time
+            torch.manual_seed(0)
+
+            def train_step():
+                layer.train()
+                xr = x.detach().requires_grad_(True)
+                layer(xr).sum().backward()
+
+            t_train = timeit(train_step, args.repeats)
+            layer.eval()
+            with torch.no_grad():
+                t_branched = timeit(lambda: layer(x), args.repeats)
+                y_branched = layer(x)
+                deployed = MRConv2d(C, (H, W), **kw)
+                deployed.load_state_dict(layer.state_dict())
+                deployed.eval().reparameterize()
+                t_rep = timeit(functools.partial(deployed, x), args.repeats)
+                err = ((deployed(x) - y_branched).abs().max() / y_branched.abs().max()).item()
+        n = layer.num_branches
+        rows.append(row(f'[{engine}] MRConv {args.kernel_type} train fwd+bwd (bn, {n} branches)', t_train, base))
+        rows.append(row(f'[{engine}] MRConv branched eval', t_branched, base))
+        rows.append(row(f'[{engine}] MRConv reparameterized eval', t_rep, base))
+        print(f'[{engine}] reparameterized vs branched max relative difference: {err:.2e}')
     return rows
 
 
@@ -124,8 +151,11 @@ def main(argv=None) -> None:
     p.add_argument('--size', type=int, default=56)
     p.add_argument('--kernel-size', type=int, default=196)
     p.add_argument('--kernel-type', default='fourier_sparse')
-    p.add_argument('--modes', type=int, default=32)
-    p.add_argument('--taps', type=int, default=32)
+    p.add_argument('--modes', type=int, default=37, help="Fourier modes per branch (mrconvnext_t's)")
+    p.add_argument('--taps', type=int, default=80, help="sparse taps per branch (mrconvnext_t's)")
+    p.add_argument(
+        '--engines', nargs='+', default=['fused', 'torch'], choices=['fused', 'torch'], help='layer: FFT engines'
+    )
     p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--threads', type=int, default=None)
     p.add_argument('--out', default=None)
