@@ -12,11 +12,13 @@ Targets (ratios against ``--baseline``, measured side by side in the same proces
 * ``--talk-model`` eval throughput / baseline eval throughput: >= 1.00x (floor 0.95x);
 * peak memory of a ``--mr-model`` training step / the baseline's: <= 1.5x (floor 2x).
 
-Method: ``--runs`` independent runs, each a fresh ``python -m mrconvnext.tools.benchmark --models BASELINE MR
-MR:reparam TALK`` process (see ``mrconvnext/tools/benchmark.py``): every model is built and warmed up
-(``--num-warm-iter``), then timed in ``--num-bench-iter`` interleaved rounds (one batch of every model per
-round, rotating order, so background load on a shared machine hits all models alike) with the wall clock;
-throughput = batch / median batch time. Peak memory is the growth of the peak resident set size of a fresh
+Method: ``--runs`` independent runs, each two fresh ``python -m mrconvnext.tools.benchmark`` processes (see
+``mrconvnext/tools/benchmark.py``): ``--bench inference --models BASELINE MR:reparam TALK`` for the eval
+ratios and ``--bench train --models BASELINE MR`` for step time and memory (eval batches are not timed
+between multi-GB training steps). In each, every model is built and warmed up (``--num-warm-iter``), then
+timed in ``--num-bench-iter`` interleaved rounds (one batch of every model per round, rotating order, so
+background load on a shared machine hits all models alike) with the wall clock; throughput = batch /
+median batch time. Peak memory is the growth of the peak resident set size of a fresh
 process per model (weights + activations + allocator overhead; the training peak includes an inference run
 before it). Each run gives the four ratios; the table reports their median over runs, the min-max, and a
 verdict on the median: ``target met``, ``floor met`` or ``missed by X%`` (how far the median lies beyond
@@ -223,27 +225,47 @@ def per_run_rows(raw: Sequence[dict[str, Any]], ratios: Sequence[dict[str, Any]]
 # ------------------------------------------------------------------------------------------------ running
 
 
-def benchmark_command(args: argparse.Namespace, results_file: str | Path) -> list[str]:
-    models = [args.baseline, args.mr_model, f'{args.mr_model}:reparam', args.talk_model]
-    cmd = [sys.executable, '-m', 'mrconvnext.tools.benchmark', '--models', *models, '-b', str(args.batch_size)]
-    cmd += ['--threads', str(args.threads), '--img-size', str(args.img_size)]
-    cmd += ['--num-warm-iter', str(args.num_warm_iter), '--num-bench-iter', str(args.num_bench_iter)]
-    return cmd + ['--device', args.device, '--results-file', str(results_file)]
+def benchmark_commands(args: argparse.Namespace, tmp: Path) -> list[tuple[list[str], Path]]:
+    """The two processes of one run: eval throughput (baseline, reparameterized MR, TaLK; no training steps in
+    between, whose multi-GB allocations would disturb the eval timings) and training (baseline, branched MR:
+    step time and peak memory)."""
+    common = ['-b', str(args.batch_size), '--threads', str(args.threads), '--img-size', str(args.img_size)]
+    common += ['--num-warm-iter', str(args.num_warm_iter), '--num-bench-iter', str(args.num_bench_iter)]
+    common += ['--device', args.device]
+    tool = [sys.executable, '-m', 'mrconvnext.tools.benchmark']
+    evals = [args.baseline, f'{args.mr_model}:reparam', args.talk_model]
+    out = []
+    for kind, models, extra in (('inference', evals, ['--no-memory']), ('train', [args.baseline, args.mr_model], [])):
+        path = tmp / f'{kind}.json'
+        out.append(([*tool, '--models', *models, '--bench', kind, *common, *extra, '--results-file', str(path)], path))
+    return out
+
+
+def merge_rows(*runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of several processes merged per model; a number (not None) from a later process wins."""
+    merged: dict[str, dict[str, Any]] = {}
+    for rows in runs:
+        for row in rows:
+            dst = merged.setdefault(row['model'], {})
+            dst.update({k: v for k, v in row.items() if v is not None or k not in dst})
+    return list(merged.values())
 
 
 def run_once(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """One benchmark run in a fresh process (this checkout's package); its result rows."""
+    """One run: the eval and the training process (fresh, this checkout's package); their merged rows."""
     env = dict(os.environ)
     env['PYTHONPATH'] = str(ROOT) + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
+    runs = []
     with tempfile.TemporaryDirectory(prefix='bench_speed_') as tmp:
-        out = Path(tmp) / 'rows.json'
-        proc = subprocess.run(benchmark_command(args, out), capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f'benchmark run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}')
-        data = json.loads(out.read_text())
-    if 'memory measurement' in proc.stderr:  # the tool logs a failed memory subprocess and goes on
-        print(proc.stderr.strip()[-1000:], file=sys.stderr)
-    return data if isinstance(data, list) else [data]  # write_results stores a single row as a dict
+        for cmd, out in benchmark_commands(args, Path(tmp)):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            if proc.returncode != 0 or not out.exists():
+                raise RuntimeError(f'benchmark run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}')
+            if 'memory measurement' in proc.stderr:  # the tool logs a failed memory subprocess and goes on
+                print(proc.stderr.strip()[-1000:], file=sys.stderr)
+            data = json.loads(out.read_text())
+            runs.append(data if isinstance(data, list) else [data])  # write_results stores one row as a dict
+    return merge_rows(*runs)
 
 
 def _cpu_name() -> str:
@@ -260,8 +282,8 @@ def _cpu_name() -> str:
 def header_line(args: argparse.Namespace, threads: Any, command: str) -> str:
     return (
         f'{args.device}: {_cpu_name()} ({os.cpu_count()} CPUs), {threads} torch thread(s); fp32, batch {args.batch_size} '
-        f'at {args.img_size}x{args.img_size}; {args.runs} runs (each a fresh process) x {args.num_bench_iter} '
-        f'interleaved rounds after {args.num_warm_iter} warm-up; models: base = {args.baseline}, '
+        f'at {args.img_size}x{args.img_size}; {args.runs} runs (each an eval and a training process) x '
+        f'{args.num_bench_iter} interleaved rounds after {args.num_warm_iter} warm-up; models: base = {args.baseline}, '
         f'mr = {args.mr_model}, reparam = {args.mr_model}:reparam, talk = {args.talk_model}; command: {command}'
     )
 
@@ -276,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--img-size', type=int, default=224)
     p.add_argument('--num-warm-iter', type=int, default=1)
     p.add_argument('--num-bench-iter', type=int, default=5, help='interleaved timed rounds per run')
-    p.add_argument('--runs', type=int, default=3, help='independent runs, each a fresh process')
+    p.add_argument('--runs', type=int, default=3, help='independent runs, each an eval and a training process')
     p.add_argument('--device', default='cpu', help='the targets are CPU targets; the header names the CPU')
     p.add_argument('--out-prefix', default='results/speed_targets', help='writes PREFIX.csv and PREFIX.md')
     return p

@@ -65,6 +65,24 @@ def test_ratios_from_rows(bs):
     }
 
 
+def test_merge_rows_of_the_eval_and_training_processes(bs):
+    evals = [
+        {'model': 'base', 'infer_img_s': 100.0, 'train_img_s': None},
+        {'model': 'mr:reparam', 'infer_img_s': 90.0, 'train_img_s': None},
+        {'model': 'talk', 'infer_img_s': 96.0, 'train_img_s': None},
+    ]
+    trains = [
+        {'model': 'base', 'infer_img_s': None, 'train_img_s': 20.0, 'train_peak_mb': 100.0},
+        {'model': 'mr', 'infer_img_s': None, 'train_img_s': 16.0, 'train_peak_mb': 150.0},
+    ]
+    merged = {r['model']: r for r in bs.merge_rows(evals, trains)}
+    assert merged['base'] == {'model': 'base', 'infer_img_s': 100.0, 'train_img_s': 20.0, 'train_peak_mb': 100.0}
+    assert merged['mr']['train_img_s'] == 16.0 and merged['mr:reparam']['infer_img_s'] == 90.0
+    assert bs.ratios_from_rows(list(merged.values()), *NAMES) == pytest.approx(
+        {'reparam_eval': 0.9, 'train_step_time': 1.25, 'talk_eval': 0.96, 'train_memory': 1.5}
+    )
+
+
 def test_missing_memory_gives_no_ratio_and_no_data(bs):
     rows = [dict(r) for r in RUN1]
     del rows[1]['train_peak_mb']  # the tool leaves the keys out when a memory subprocess fails
