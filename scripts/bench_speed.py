@@ -1,6 +1,6 @@
 """The speed targets of MRConvNeXt-T and TaLK-ConvNeXt-T against timm's ConvNeXt-T (not a test: a measurement).
 
-    python scripts/bench_speed.py                     # fp32, 224x224, batch 16, 2 threads, 3 runs
+    python scripts/bench_speed.py                     # fp32, 224x224, batch 16, 2 threads, 5 runs x 9 rounds (~10 min)
     python scripts/bench_speed.py --baseline convnext_atto --mr-model mrconvnext_atto \\
         --talk-model talkconvnext_atto --img-size 64 -b 4 --runs 2 --num-bench-iter 2   # a quick check
 
@@ -297,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--img-size', type=int, default=224)
     p.add_argument('--num-warm-iter', type=int, default=1)
-    p.add_argument('--num-bench-iter', type=int, default=5, help='interleaved timed rounds per run')
-    p.add_argument('--runs', type=int, default=3, help='independent runs, each an eval and a training process')
+    p.add_argument('--num-bench-iter', type=int, default=9, help='interleaved timed rounds per run')
+    p.add_argument('--runs', type=int, default=5, help='independent runs, each an eval and a training process')
     p.add_argument('--device', default='cpu', help='the targets are CPU targets; the header names the CPU')
     p.add_argument('--out-prefix', default='results/speed_targets', help='writes PREFIX.csv and PREFIX.md')
     return p
