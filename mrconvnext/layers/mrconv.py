@@ -16,7 +16,10 @@ Branch combination
     ``i * C + c`` is branch ``i``'s channel ``c``; per-channel statistics make this identical to
     ``N`` separate BatchNorms), then the learned ``alpha (N, C)`` weighted sum (Eq. 10-12); alpha
     starts at ``1 / N``. ``'scale'``: ``beta (N, C)`` linear rescaling (Eq. 9) plus a per-channel
-    bias, merged into one kernel at every forward, so training costs one convolution.
+    bias, merged into one kernel at every forward, so training costs one convolution. Training with
+    ``'bn'`` on CPU float32/float64 runs convolution, BatchNorms and weighted sum as one fused op
+    (:func:`~mrconvnext.ops.branch_conv_bn_sum`, the same statistics, running-stat updates and gradients);
+    other devices, dtypes and norm modules use ``F.batch_norm`` with alpha folded into its affine.
 
 Sequences of other lengths than ``seq_len``
     Kernels are built for the nominal ``seq_len``. A shorter input simply ignores the lags it
@@ -271,13 +274,19 @@ class MRConv1d(nn.Module):
             bn.eps,
         )
         if bn.track_running_stats:
-            bn.num_batches_tracked.add_(1)
-            momentum = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+            momentum = self._bn_momentum_step()
             M = x.shape[0] * x.shape[2]
             with torch.no_grad():  # as F.batch_norm: the running variance is the unbiased one
                 bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
                 bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
         return y
+
+    def _bn_momentum_step(self) -> float:
+        """Counts a training batch and returns the running-statistics momentum, as nn.BatchNorm1d does
+        (``momentum=None``: cumulative moving average)."""
+        bn = self.bn
+        bn.num_batches_tracked.add_(1)
+        return 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
 
     def _batch_norm_alpha(self, y: torch.Tensor) -> torch.Tensor:
         """``alpha * bn(y)`` with alpha folded into the BatchNorm's affine transform: one fused op instead
@@ -285,9 +294,7 @@ class MRConv1d(nn.Module):
         bn = self.bn
         momentum = 0.0 if bn.momentum is None else bn.momentum
         if bn.training and bn.track_running_stats:
-            bn.num_batches_tracked.add_(1)
-            if bn.momentum is None:  # cumulative moving average, as nn.BatchNorm1d does
-                momentum = 1.0 / float(bn.num_batches_tracked)
+            momentum = self._bn_momentum_step()
         batch_stats = bn.training or bn.running_mean is None
         alpha = self.alpha.reshape(-1).to(y.dtype)
         return F.batch_norm(
