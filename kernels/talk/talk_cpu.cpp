@@ -26,11 +26,14 @@ int64_t grain_for(int64_t work_per_item) { return std::max<int64_t>(1, kGrainWor
 
 at::ScalarType acc_type_of(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
-void check_common(const at::Tensor& x, const at::Tensor& off, int64_t x_dim, int64_t off_last) {
+// x in the (B, C, ...) index order; channels_last: laid out as a contiguous (B, L, C) instead (1-D only).
+void check_common(const at::Tensor& x, const at::Tensor& off, int64_t x_dim, int64_t off_last,
+                  bool channels_last = false) {
   TORCH_CHECK(x.device().is_cpu() && off.device().is_cpu(), "talk (cpu): expected CPU tensors");
   TORCH_CHECK(x.dim() == x_dim, "talk (cpu): x must have ", x_dim, " dims, got ", x.dim());
   TORCH_CHECK(off.dim() == x_dim + 1, "talk (cpu): offsets must have ", x_dim + 1, " dims, got ", off.dim());
-  TORCH_CHECK(x.is_contiguous() && off.is_contiguous(), "talk (cpu): expected contiguous tensors");
+  const bool x_dense = channels_last ? x.transpose(1, 2).is_contiguous() : x.is_contiguous();
+  TORCH_CHECK(x_dense && off.is_contiguous(), "talk (cpu): expected contiguous tensors");
   TORCH_CHECK(at::isFloatingType(x.scalar_type()), "talk (cpu): x must be floating point");
   TORCH_CHECK(off.scalar_type() == acc_type_of(x.scalar_type()), "talk (cpu): offsets dtype must be ",
               acc_type_of(x.scalar_type()), ", got ", off.scalar_type());
@@ -78,15 +81,9 @@ at::Tensor talk1d_forward(const at::Tensor& x, const at::Tensor& off, int64_t ma
 // side by side, the window edges computed once per position and applied to the R channels in a contiguous
 // inner loop (the (B, C, L) kernel recomputes them per channel), and no transposing copies of x or y.
 at::Tensor talk1d_forward_cl(const at::Tensor& x, const at::Tensor& off, int64_t max_left, int64_t max_right) {
-  TORCH_CHECK(x.device().is_cpu() && off.device().is_cpu(), "talk (cpu): expected CPU tensors");
-  TORCH_CHECK(x.dim() == 3 && off.dim() == 4, "talk (cpu): expected x (B, L, C) and offsets (B, NH, L, 2)");
-  TORCH_CHECK(x.is_contiguous() && off.is_contiguous(), "talk (cpu): expected contiguous tensors");
-  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "talk (cpu): x must be floating point");
-  TORCH_CHECK(off.scalar_type() == acc_type_of(x.scalar_type()), "talk (cpu): offsets dtype must be ",
-              acc_type_of(x.scalar_type()), ", got ", off.scalar_type());
+  TORCH_CHECK(x.dim() == 3, "talk (cpu): expected x (B, L, C)");
+  check_common(x.transpose(1, 2), off, 3, 2, /*channels_last=*/true);
   const int64_t B = x.size(0), L = x.size(1), C = x.size(2), NH = off.size(1);
-  TORCH_CHECK(off.size(0) == B && off.size(2) == L && off.size(3) == 2, "talk (cpu): bad offsets shape");
-  TORCH_CHECK(NH > 0 && C % NH == 0, "talk (cpu): heads must divide channels");
   TORCH_CHECK(max_left >= 0 && max_right >= 0, "talk (cpu): max offsets must be >= 0");
   const int64_t R = C / NH;
   auto y = at::empty_like(x);
