@@ -32,8 +32,9 @@ void check_common(const at::Tensor& x, const at::Tensor& off, int64_t x_dim, int
   TORCH_CHECK(x.device().is_cpu() && off.device().is_cpu(), "talk (cpu): expected CPU tensors");
   TORCH_CHECK(x.dim() == x_dim, "talk (cpu): x must have ", x_dim, " dims, got ", x.dim());
   TORCH_CHECK(off.dim() == x_dim + 1, "talk (cpu): offsets must have ", x_dim + 1, " dims, got ", off.dim());
-  const bool x_dense = channels_last ? x.transpose(1, 2).is_contiguous() : x.is_contiguous();
-  TORCH_CHECK(x_dense && off.is_contiguous(), "talk (cpu): expected contiguous tensors");
+  // the channels-last forward reads the offsets through their strides
+  const bool dense = channels_last ? x.transpose(1, 2).is_contiguous() : x.is_contiguous() && off.is_contiguous();
+  TORCH_CHECK(dense, "talk (cpu): expected contiguous tensors");
   TORCH_CHECK(at::isFloatingType(x.scalar_type()), "talk (cpu): x must be floating point");
   TORCH_CHECK(off.scalar_type() == acc_type_of(x.scalar_type()), "talk (cpu): offsets dtype must be ",
               acc_type_of(x.scalar_type()), ", got ", off.scalar_type());
@@ -86,6 +87,8 @@ at::Tensor talk1d_forward_cl(const at::Tensor& x, const at::Tensor& off, int64_t
   const int64_t B = x.size(0), L = x.size(1), C = x.size(2), NH = off.size(1);
   TORCH_CHECK(max_left >= 0 && max_right >= 0, "talk (cpu): max offsets must be >= 0");
   const int64_t R = C / NH;
+  // offsets (B, NH, L, 2) with any strides, e.g. the (B, NH, L, 2) view of a (B, L, NH, 2) projection
+  const int64_t so_b = off.stride(0), so_h = off.stride(1), so_i = off.stride(2), so_s = off.stride(3);
   auto y = at::empty_like(x);
   if (y.numel() == 0) return y;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk1d_forward_cl_cpu", [&] {
@@ -105,10 +108,10 @@ at::Tensor talk1d_forward_cl(const at::Tensor& x, const at::Tensor& off, int64_t
         for (int64_t c = 0; c < R; ++c) Pp[c] = acc_t(0);
         for (int64_t j = 0; j < L; ++j)
           for (int64_t c = 0; c < R; ++c) Pp[(j + 1) * R + c] = Pp[j * R + c] + static_cast<acc_t>(xh[j * C + c]);
-        const acc_t* o = op + t * L * 2;
+        const acc_t* o = op + b * so_b + h * so_h;
         for (int64_t i = 0; i < L; ++i) {
-          const Edge<acc_t> es = start_edge<acc_t>(i, L, o[2 * i] * ml);
-          const Edge<acc_t> ee = end_edge<acc_t>(i, L, o[2 * i + 1] * mr);
+          const Edge<acc_t> es = start_edge<acc_t>(i, L, o[i * so_i] * ml);
+          const Edge<acc_t> ee = end_edge<acc_t>(i, L, o[i * so_i + so_s] * mr);
           for (int64_t c = 0; c < R; ++c)
             yh[i * C + c] = static_cast<scalar_t>(window_sum_1d(Pp + c, xh + c, es, ee, R, C) * inv);
         }

@@ -21,6 +21,7 @@ import contextlib
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
 from ._checks import check_mixer_input
@@ -60,18 +61,24 @@ def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, ba
 
 
 def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(proj(x))`` at every position of channels-first ``x (B, C, L)`` -> ``(B, out, L)``.
+    """``sigmoid(proj(x))`` at every position of ``x (B, C, L)`` -> ``(B, out, L)``.
 
-    In float32 or wider, outside autocast. A matmul on the channels-first layout avoids the
-    channels-last copy of ``x`` that ``F.linear`` on a transposed view would make.
+    In float32 or wider, outside autocast. Computed in ``x``'s layout, never copying ``x``: a plain
+    ``F.linear`` when ``x`` is laid out channels-last (a flattened channels-last map, as in the ConvNeXt
+    blocks; the result is then a ``(B, out, L)`` view of a ``(B, L, out)`` tensor, which the CPU kernel
+    reads in place), else a matmul on the channels-first layout.
     """
     dtype = torch.promote_types(x.dtype, torch.float32)
     device_type = x.device.type
     no_autocast = device_type in ('cpu', 'cuda')
+    bias = None if proj.bias is None else proj.bias.to(dtype)
     with torch.autocast(device_type, enabled=False) if no_autocast else contextlib.nullcontext():
+        x_cl = x.transpose(1, 2)
+        if x_cl.is_contiguous() and not x.is_contiguous():
+            return torch.sigmoid(F.linear(x_cl.to(dtype), proj.weight.to(dtype), bias)).transpose(1, 2)
         logits = torch.matmul(proj.weight.to(dtype), x.to(dtype))
-        if proj.bias is not None:
-            logits = logits + proj.bias.to(dtype).unsqueeze(-1)
+        if bias is not None:
+            logits = logits + bias.unsqueeze(-1)
     return torch.sigmoid(logits)
 
 

@@ -389,13 +389,14 @@ def _is_channels_last_1d(x: torch.Tensor) -> bool:
 class _TaLK1dFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, offsets, max_left, max_right, kernels):
-        off = offsets.detach().to(_acc_dtype(x.dtype)).contiguous()
+        off = offsets.detach().to(_acc_dtype(x.dtype))
         if _is_channels_last_1d(x) and hasattr(kernels, 'talk1d_forward_cl'):
-            # the CPU kernel reads and writes channels-last maps directly; the backward takes (B, C, L) copies
+            # the CPU kernel reads channels-last maps and strided offsets (e.g. a view of a channels-last
+            # projection) directly; the backward takes contiguous copies
             xc = x.detach()
             y = kernels.talk1d_forward_cl(xc.transpose(1, 2), off, max_left, max_right).transpose(1, 2)
         else:
-            xc = x.detach().contiguous()
+            xc, off = x.detach().contiguous(), off.contiguous()
             y = kernels.talk1d_forward(xc, off, max_left, max_right)
         ctx.save_for_backward(xc, off)  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
         ctx.kernels, ctx.maxes, ctx.off_dtype = kernels, (max_left, max_right), offsets.dtype
@@ -407,7 +408,7 @@ class _TaLK1dFunction(torch.autograd.Function):
         xc, off = ctx.saved_tensors
         need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx, doff = ctx.kernels.talk1d_backward(
-            grad_y.contiguous(), xc.contiguous(), off, *ctx.maxes, need_dx, need_doff
+            grad_y.contiguous(), xc.contiguous(), off.contiguous(), *ctx.maxes, need_dx, need_doff
         )
         if doff is not None:
             doff = doff.to(ctx.off_dtype)

@@ -211,7 +211,7 @@ def test_zero_max_offsets_is_identity():
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 @pytest.mark.parametrize('case', ['bidirectional', 'causal', 'heads=channels', 'max>L'])
-@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
 def test_1d_matches_reference(impl, dtype, case, layout):
     B, C, H, L, ml, mr = 2, 6, 3, 19, 5, 4
     if case == 'causal':
@@ -223,12 +223,15 @@ def test_1d_matches_reference(impl, dtype, case, layout):
     # channels_last: a (B, C, L) view of a contiguous (B, L, C) tensor, as a flattened channels-last map
     x = torch.randn(B, C, L, dtype=dtype) if layout == 'contiguous' else torch.randn(B, L, C, dtype=dtype).mT
     off = random_offsets((B, H, L, 2), [ml, mr], dtype)
+    if layout.endswith('strided_offsets'):  # a (B, H, L, 2) view of a (B, L, H, 2) tensor, as TaLKConv1d makes
+        off = off.transpose(1, 2).contiguous().transpose(1, 2)
+        assert not off.is_contiguous()
     got = run_with_grads(talk1d, x, off, ml, mr, backend=impl)
-    ref = run_with_grads(talk1d, x.contiguous(), off, ml, mr, backend='reference')
+    ref = run_with_grads(talk1d, x.contiguous(), off.contiguous(), ml, mr, backend='reference')
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
-    if impl == 'native' and layout == 'channels_last':  # the channels-last CPU kernel ran: y keeps the layout
+    if impl == 'native' and layout.startswith('channels_last'):  # the channels-last CPU kernel ran: y keeps the layout
         assert got[0].mT.is_contiguous() and not got[0].is_contiguous()
 
 
