@@ -3,6 +3,7 @@
     python scripts/bench_mrconv.py                    # layer: train / branched / reparameterized, both engines
     python scripts/bench_mrconv.py --fft-sizes        # FFT-size policy: exact vs power of two vs 7-smooth
     python scripts/bench_mrconv.py --crossover        # direct vs FFT by kernel length
+    python scripts/bench_mrconv.py --fourier          # Fourier branch kernels: irfft vs the cached-basis matmul
 
 Every case is timed side by side in the same process: warm-up, then ``--repeats`` runs; the table
 gives the median and the spread (min-max) in milliseconds, and ratios of medians. Results are
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 from mrconvnext.layers import MRConv2d
+from mrconvnext.layers.kernel_params import FourierKernel
 from mrconvnext.ops import long_conv1d
 from mrconvnext.ops.long_conv import circular_kernel
 
@@ -142,10 +144,42 @@ def bench_crossover(args) -> list[dict]:
     return rows
 
 
+def _irfft_kernel(k: FourierKernel) -> torch.Tensor:
+    """The Fourier branch kernel by torch.fft.irfft + roll (the synthesis FourierKernel used before its matmul)."""
+    modes = torch.view_as_complex(k.modes)
+    return torch.roll(torch.fft.irfft(modes, n=k.size, norm='ortho'), k.zero_lag, dims=-1)
+
+
+def _synth_fwd_bwd(synth, branches: list[FourierKernel], grads: list[torch.Tensor]) -> None:
+    sum((synth(b) * g).sum() for b, g in zip(branches, grads)).backward()
+
+
+def bench_fourier(args) -> list[dict]:
+    """Forward + backward of all Fourier branch kernels of one mixer per mrconvnext_t stage (bidirectional)."""
+    from mrconvnext.models.mrconvnext import mrconv_kernel_size
+
+    rows = []
+    for C, side in [(96, 56), (192, 28), (384, 14), (768, 7)]:
+        L = side * side
+        layer = MRConv2d(
+            C, (side, side), kernel_size=mrconv_kernel_size(L), kernel_type='fourier', num_modes=args.modes
+        )
+        branches = list(layer.branches)
+        grads = [torch.randn(C, b.size) for b in branches]
+
+        t_fft = timeit(functools.partial(_synth_fwd_bwd, _irfft_kernel, branches, grads), args.repeats)
+        t_mm = timeit(functools.partial(_synth_fwd_bwd, lambda b: b(), branches, grads), args.repeats)
+        sizes = '+'.join(str(b.size) for b in branches)
+        rows.append(row(f'C={C} P={sizes} irfft fwd+bwd', t_fft))
+        rows.append(row(f'C={C} P={sizes} matmul fwd+bwd', t_mm, statistics.median(t_fft)))
+    return rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--fft-sizes', action='store_true')
     p.add_argument('--crossover', action='store_true')
+    p.add_argument('--fourier', action='store_true')
     p.add_argument('--batch', type=int, default=16)
     p.add_argument('--dim', type=int, default=96)
     p.add_argument('--size', type=int, default=56)
@@ -163,12 +197,18 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads')
-    rows = bench_fft_sizes(args) if args.fft_sizes else bench_crossover(args) if args.crossover else bench_layer(args)
+    if args.fft_sizes:
+        kind, rows = 'fft_sizes', bench_fft_sizes(args)
+    elif args.crossover:
+        kind, rows = 'crossover', bench_crossover(args)
+    elif args.fourier:
+        kind, rows = 'fourier', bench_fourier(args)
+    else:
+        kind, rows = 'layer', bench_layer(args)
     width = max(len(r['case']) for r in rows)
     print(f'{"case":<{width}}  median_ms  (min-max)        ratio')
     for r in rows:
         print(f'{r["case"]:<{width}}  {r["median_ms"]:9.2f}  ({r["min_ms"]:.2f}-{r["max_ms"]:.2f})  {r["ratio"]:6.3f}')
-    kind = 'fft_sizes' if args.fft_sizes else 'crossover' if args.crossover else 'layer'
     out = Path(args.out or f'results/bench_mrconv_{kind}.csv')
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open('w', newline='') as f:

@@ -12,6 +12,7 @@ rate and no weight decay (paper App. D.1.1).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -25,6 +26,7 @@ __all__ = [
     'SparseKernel',
     'FourierSparseKernel',
     'KERNEL_PARAM_NAMES',
+    'fourier_basis',
 ]
 
 KERNEL_PARAM_NAMES = ('weight', 'modes')
@@ -95,6 +97,32 @@ class DilatedKernel(BranchKernel):
         return super().extra_repr() + f', taps={self.weight.shape[1]}, dilation={self.dilation}'
 
 
+@functools.lru_cache(maxsize=128)
+def fourier_basis(size: int, num_modes: int, zero_lag: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``(2 * num_modes, size)`` real matrix ``F`` such that ``modes.reshape(C, -1) @ F`` is the inverse real DFT
+    (``norm='ortho'``) of ``modes (C, num_modes, 2)`` zero-padded to ``size``, read at lags ``t - zero_lag``.
+
+    Equal to ``roll(irfft(view_as_complex(modes), n=size, norm='ortho'), zero_lag)``: row ``2j`` is
+    ``w_j cos(2 pi j tau / size) / sqrt(size)``, row ``2j + 1`` is ``-w_j sin(...) / sqrt(size)``, ``w_j = 1`` for
+    the DC and (even ``size``) Nyquist modes, whose imaginary rows are exactly zero as in ``irfft``, else 2.
+    Built in float64 with the phase reduced modulo ``size`` in integers, then cast; cached per arguments, and
+    made outside inference mode so a basis first built there can still be saved for a later backward.
+    """
+    with torch.inference_mode(False):
+        j = torch.arange(num_modes, dtype=torch.int64).unsqueeze(1)
+        tau = torch.arange(size, dtype=torch.int64) - zero_lag
+        phase = 2 * math.pi * torch.remainder(j * tau, size).double() / size
+        w = torch.full((num_modes, 1), 2.0, dtype=torch.float64)
+        w[0] = 1.0
+        if size % 2 == 0 and num_modes > size // 2:
+            w[size // 2] = 1.0
+        basis = torch.stack([w * torch.cos(phase), -w * torch.sin(phase)], dim=1)  # (m, 2, size)
+        basis[0, 1] = 0.0
+        if size % 2 == 0 and num_modes > size // 2:
+            basis[size // 2, 1] = 0.0
+        return (basis.reshape(2 * num_modes, size) / math.sqrt(size)).to(device=device, dtype=dtype)
+
+
 class FourierKernel(BranchKernel):
     """``num_modes`` complex low-frequency modes, zero-padded and inverse-FFT'd to ``P`` lags (Eq. 15).
 
@@ -105,6 +133,11 @@ class FourierKernel(BranchKernel):
     index 0 of the inverse FFT and negative lags wrap to its end: a smooth kernel peaked at lag 0
     is within reach of the low modes for both causal and bidirectional branches. A short branch
     has only ``P // 2 + 1`` distinct modes; ``num_modes`` is capped there.
+
+    The transform is computed as a ``(C, 2m) @ (2m, P)`` matmul with a cached basis
+    (:func:`fourier_basis`), the same sum as ``irfft`` restricted to the ``m`` nonzero modes: for the
+    few modes and long, often prime, lengths of MRConv (m = 37, P up to 6271) it was 5-9x faster than
+    ``irfft`` plus ``roll``, forward and backward (``scripts/bench_mrconv.py``-sized layers, 2 threads).
     """
 
     def __init__(self, dim: int, reach: int, num_modes: int, causal: bool = False) -> None:
@@ -115,10 +148,11 @@ class FourierKernel(BranchKernel):
         self.modes = nn.Parameter(torch.randn(dim, self.num_modes, 2) / math.sqrt(2 * self.num_modes))
 
     def forward(self) -> torch.Tensor:
-        modes = self.modes if self.modes.dtype == torch.float64 else self.modes.float()  # no half-precision FFTs
-        k = torch.fft.irfft(torch.view_as_complex(modes), n=self.size, norm='ortho')
-        # circular layout (lag 0 at index 0) -> centred layout (lag 0 at zero_lag)
-        return k if self.causal else torch.roll(k, self.zero_lag, dims=-1)
+        modes = self.modes if self.modes.dtype == torch.float64 else self.modes.float()  # float32 at least
+        # under torch.compile the basis is traced (and constant-folded) instead of read from the Python cache
+        build = fourier_basis.__wrapped__ if torch.compiler.is_compiling() else fourier_basis
+        basis = build(self.size, self.num_modes, self.zero_lag, modes.dtype, modes.device)
+        return modes.reshape(self.dim, 2 * self.num_modes) @ basis
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', modes={self.num_modes}'

@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
-from mrconvnext.layers.kernel_params import DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
+from mrconvnext.layers.kernel_params import (
+    DilatedKernel,
+    FourierKernel,
+    FourierSparseKernel,
+    SparseKernel,
+    fourier_basis,
+)
 from tests.reference import shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
@@ -155,6 +161,39 @@ def test_gradcheck_scale_combine():
     x = torch.randn(2, 2, 12, dtype=torch.float64, requires_grad=True)
     f = lambda x, *ps: torch.func.functional_call(layer, dict(zip(names, ps)), (x,))
     assert torch.autograd.gradcheck(f, (x, *[p.detach().clone().requires_grad_() for p in params]))
+
+
+@pytest.mark.parametrize(
+    ('reach', 'modes', 'causal'),
+    [(5, 3, False), (6, 4, True), (7, 4, True), (40, 37, False), (3136, 37, False)],
+    ids=['odd', 'even+nyquist', 'odd-causal', 'short', 'stage1'],
+)
+def test_fourier_kernel_equals_irfft(reach, modes, causal):
+    """The matmul synthesis equals torch.fft.irfft (+ roll to the centred layout): float64 to 1e-12 of the
+    kernel's largest tap; float32 (the training dtype) to 1e-5 of it, against the float64 irfft."""
+    k = FourierKernel(3, reach, modes, causal).double()
+    with torch.no_grad():
+        k.modes.normal_()
+    ref = torch.fft.irfft(torch.view_as_complex(k.modes.detach()), n=k.size, norm='ortho')
+    ref = ref if causal else torch.roll(ref, k.zero_lag, -1)
+    scale = ref.abs().max()
+    assert (k() - ref).abs().max() <= 1e-12 * scale
+    assert (k.float()().double() - ref).abs().max() <= 1e-5 * scale
+
+
+def test_fourier_basis_first_built_in_inference_mode_trains():
+    """A basis first built under inference_mode is a normal tensor: a later training step can save it."""
+    fourier_basis.cache_clear()
+    k = FourierKernel(2, 11, 3, causal=False).double()
+    with torch.inference_mode():
+        k()
+    g = torch.randn(2, k.size, dtype=torch.float64)
+    (k() * g).sum().backward()
+    # d/dmodes of sum(g * F_modes): the adjoint, via autograd through irfft on a fresh copy
+    modes = k.modes.detach().clone().requires_grad_()
+    ref = torch.roll(torch.fft.irfft(torch.view_as_complex(modes), n=k.size, norm='ortho'), k.zero_lag, -1)
+    (ref * g).sum().backward()
+    torch.testing.assert_close(k.modes.grad, modes.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_resolutions_and_clipping():
