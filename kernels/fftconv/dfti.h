@@ -21,7 +21,7 @@ enum DFTI_CONFIG_PARAM {
 enum DFTI_CONFIG_VALUE {
   DFTI_REAL = 33,
   DFTI_COMPLEX_COMPLEX = 39,
-  DFTI_NOT_INPLACE = 44,
+  DFTI_INPLACE = 43,
 };
 
 // DftiCreateDescriptor(&h, DFTI_SINGLE / DFTI_DOUBLE, DFTI_REAL, 1, n) is a macro for these in mkl_dfti.h.
