@@ -87,7 +87,7 @@ const Plan& plan_for(int64_t n, int64_t rows) {
 // 4 x 4 tile of a channels-last block (position t, channel c at p[t * sp + c]) <-> the same tile of a row-major
 // buffer (c, t at q[c * ld + t]), optionally scaled and shifted per channel on the way to the channels-last side.
 // Copying whole tiles keeps every load and store on a few cache lines; the element-wise loop touched one buffer
-// row (n elements apart) per element and was about a third of the fused forward's time at ConvNeXt-T stage 1.
+// row (n elements apart) per element and took about a third of the fused forward's non-FFT time at stage 1.
 template <typename T>
 inline void tile_cl_to_rows(const T* p, int64_t sp, T* q, int64_t ld) {
 #if defined(__SSE__)
@@ -118,6 +118,13 @@ inline void tile_rows_to_cl(const T* q, int64_t ld, T scale, const T* shift, T* 
 #endif
   for (int64_t t = 0; t < 4; ++t)
     for (int64_t c = 0; c < 4; ++c) p[t * sp + c] = q[c * ld + t] * scale + shift[c];
+}
+
+// Zero columns [L, n) of each of `rows` rows ld apart: the padding of an in-place transform's input, which the
+// previous transform in the same buffer overwrote.
+template <typename T>
+void zero_tails(T* buf, int64_t rows, int64_t ld, int64_t L, int64_t n) {
+  for (int64_t c = 0; c < rows; ++c) std::fill(buf + c * ld + L, buf + c * ld + n, T(0));
 }
 
 // rows sequences of length L (element (c, t) at src[c * sc + t * st]) -> the first L columns of dst (rows, ld).
@@ -238,10 +245,10 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
     const int64_t os_b = out.stride(0), os_i = out.stride(1), os_c = out.stride(2), os_t = out.stride(3);
     const T inv_n = T(1) / static_cast<T>(n);
     // In-place transforms: a row of a task buffer holds x (n reals, zero from L on), then its spectrum (F complex,
-    // 2F = n + 2 reals). One buffer for x / X and one for each branch's product / result, instead of separate
-    // input, spectrum, product and result buffers, keeps a task's working set in L2: at ConvNeXt-T stage 1 the
-    // reparameterized forward took 9.7-10.6 ms instead of 13.0-13.8 ms. With a single kernel the product
-    // overwrites X itself.
+    // 2F = n + 2 reals). One buffer for x / X and one for the current branch's product / result, instead of
+    // separate input, spectrum, product and result buffers, keeps a task's working set in L2: at ConvNeXt-T
+    // stage 1 the reparameterized forward took 9.7-10.6 ms instead of 13.0-13.8 ms. With a single kernel the
+    // product overwrites X itself.
     const int64_t ld = 2 * F;
     at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
       std::vector<T> buf(block * ld), prod(N > 1 ? block * ld : 0);
@@ -250,7 +257,7 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
         const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
         const Plan& plan = plan_for<T>(n, rows);
         gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, ld, buf.data());
-        for (int64_t c = 0; c < rows; ++c) std::fill(buf.data() + c * ld + L, buf.data() + c * ld + n, T(0));
+        zero_tails(buf.data(), rows, ld, L, n);
         dfti_check(DftiComputeForward(plan.fwd, buf.data()), "DftiComputeForward");
         T* res = N > 1 ? prod.data() : buf.data();
         for (int64_t i = 0; i < N; ++i) {
@@ -336,12 +343,9 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
         const Plan& plan = plan_for<T>(n, rows);
-        auto zero_tail = [&](T* buf) {
-          for (int64_t c = 0; c < rows; ++c) std::fill(buf + c * ld + L, buf + c * ld + n, T(0));
-        };
         if (need_k) {
           gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, ld, xs.data());
-          zero_tail(xs.data());
+          zero_tails(xs.data(), rows, ld, L, n);
           dfti_check(DftiComputeForward(plan.fwd, xs.data()), "DftiComputeForward");
         }
         if (need_x) std::fill(acc.begin(), acc.begin() + rows * ld, T(0));
@@ -359,7 +363,7 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
           } else {
             gather_rows(gp + b * gs_b + i * gs_i + c0 * gs_c, gs_c, gs_t, rows, L, ld, gs.data());
           }
-          zero_tail(gs.data());
+          zero_tails(gs.data(), rows, ld, L, n);
           dfti_check(DftiComputeForward(plan.fwd, gs.data()), "DftiComputeForward");
           if (need_x) {
             const T* kb = kp + 2 * (i * C + c0) * F;
