@@ -164,26 +164,49 @@ void scatter_rows(const T* src, int64_t ld, int64_t rows, int64_t L, T scale, co
   }
 }
 
-// Sum and sum of squares of v[0..L) in double, via 8 independent partial sums in T (vectorizable).
+// Moments of one row u[t] = v[t] * scale + shift, t < L, in double and in two passes over the row (it is in cache
+// right after its inverse transform): mean, then the sum of squared deviations from it. E[u^2] - E[u]^2 would cancel
+// catastrophically when |mean| >> std (a residual stream with a large mean): at mean 1000 that lost 4e-2 of a unit
+// variance in float32.
 template <typename T>
-void sum_and_squares(const T* v, int64_t L, T scale, T shift, double* out2) {
-  T s[8] = {}, q[8] = {};
+void row_moments(const T* v, int64_t L, T scale, T shift, double* mean, double* m2) {
+  double s[8] = {};
   int64_t t = 0;
   for (; t + 8 <= L; t += 8)
+    for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(v[t + j] * scale + shift);
+  double total = 0;
+  for (int j = 0; j < 8; ++j) total += s[j];
+  for (; t < L; ++t) total += static_cast<double>(v[t] * scale + shift);
+  const double mu = total / static_cast<double>(L);
+  double q[8] = {};
+  t = 0;
+  for (; t + 8 <= L; t += 8)
     for (int j = 0; j < 8; ++j) {
-      const T u = v[t + j] * scale + shift;
-      s[j] += u;
-      q[j] += u * u;
+      const double d = static_cast<double>(v[t + j] * scale + shift) - mu;
+      q[j] += d * d;
     }
-  double ds = 0, dq = 0;
-  for (int j = 0; j < 8; ++j) ds += s[j], dq += q[j];
+  double dev = 0;
+  for (int j = 0; j < 8; ++j) dev += q[j];
   for (; t < L; ++t) {
-    const double u = static_cast<double>(v[t] * scale + shift);
-    ds += u;
-    dq += u * u;
+    const double d = static_cast<double>(v[t] * scale + shift) - mu;
+    dev += d * d;
   }
-  out2[0] += ds;
-  out2[1] += dq;
+  *mean = mu;
+  *m2 = dev;
+}
+
+// Merge a group of n_b values with mean mean_b and squared deviations m2_b into acc = [count, mean, m2] (Chan et al.'s
+// pairwise update; stable whatever the means).
+inline void merge_moments(double* acc, double n_b, double mean_b, double m2_b) {
+  const double n_a = acc[0];
+  if (n_a == 0) {
+    acc[0] = n_b, acc[1] = mean_b, acc[2] = m2_b;
+    return;
+  }
+  const double n = n_a + n_b, d = mean_b - acc[1];
+  acc[1] += d * (n_b / n);
+  acc[2] += m2_b + d * d * (n_a * n_b / n);
+  acc[0] = n;
 }
 
 template <typename T>
@@ -213,12 +236,36 @@ void check_bnl(const at::Tensor& t, const char* name, at::ScalarType dtype, int6
               "fftconv (cpu): ", name, " must be (", B, ", ", N, ", ", C, ", ", L, ")");
 }
 
+// (threads, N, C, 3) per-thread [count, mean, m2] -> (N, C, 2) [mean, m2 / count] (biased variance).
+at::Tensor combine_moments(const at::Tensor& partial) {
+  const int64_t threads = partial.size(0), NC = partial.size(1) * partial.size(2);
+  at::Tensor out = at::zeros({partial.size(1), partial.size(2), 2}, partial.options());
+  const double* pp = partial.data_ptr<double>();
+  double* op = out.data_ptr<double>();
+  for (int64_t j = 0; j < NC; ++j) {
+    double acc[3] = {0, 0, 0};
+    for (int64_t r = 0; r < threads; ++r) {
+      const double* p = pp + (r * NC + j) * 3;
+      if (p[0] > 0) merge_moments(acc, p[0], p[1], p[2]);
+    }
+    op[2 * j] = acc[1];
+    op[2 * j + 1] = acc[0] > 0 ? acc[2] / acc[0] : 0.0;
+  }
+  return out;
+}
+
 }  // namespace
 
-// Forward; with_stats also returns the per-(i, c) [sum, sum of squares] over (b, t) of the written values,
-// (N, C, 2) float64 (the BatchNorm statistics of each branch, without a second pass over out).
+// Forward; with_stats also returns the per-(i, c) [mean, biased variance] over (b, t) of the written values,
+// (N, C, 2) float64 (the BatchNorm statistics of each branch, without a second pass over out): per-row moments merged
+// per thread, then across threads.
+// ones (N, C, L), optional (no bias then): the response of each kernel to a constant 1, ones[i, c, t] = sum of the
+// taps whose lags reach inside [0, L) from t. Each row of x is then centred on its mean mu before the transform and
+// mu * ones added back after it: the same result in exact arithmetic, but the transforms' rounding error scales with
+// the centred row, not with mu. Without it, a row of mean 1000 and unit spread convolved with a short kernel came out
+// 3.5e-4 of its spread off in float32, which a following BatchNorm turns into 3.5e-4 of a unit output.
 at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const c10::optional<at::Tensor>& bias,
-                            at::Tensor& out, int64_t block, bool with_stats) {
+                            at::Tensor& out, int64_t block, bool with_stats, const c10::optional<at::Tensor>& ones_opt) {
   check_cpu({&x, &k_f, &out});
   const std::array<int64_t, 5> dims = check_conv_args(x, k_f, n, block);
   const int64_t B = dims[0], C = dims[1], L = dims[2], N = dims[3], F = dims[4];
@@ -229,9 +276,16 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
     TORCH_CHECK(bias_c.device().is_cpu() && bias_c.scalar_type() == x.scalar_type() && bias_c.numel() == C,
                 "fftconv (cpu): bias must be a (C,) CPU tensor of x's dtype");
   }
+  const bool centred = ones_opt.has_value() && ones_opt->defined();
+  if (centred) {
+    TORCH_CHECK(!bias_c.defined(), "fftconv (cpu): ones (centring) and bias are exclusive");
+    TORCH_CHECK(ones_opt->is_contiguous() && ones_opt->device().is_cpu(), "fftconv (cpu): ones must be contiguous CPU");
+    check_bnl(ones_opt->unsqueeze(0), "ones", x.scalar_type(), 1, N, C, L);
+  }
   const int64_t threads = at::get_num_threads();
-  at::Tensor partial = with_stats ? at::zeros({threads, N, C, 2}, x.options().dtype(at::kDouble)) : at::Tensor();
-  if (x.numel() == 0 || N == 0) return with_stats ? partial.sum(0) : at::Tensor();
+  // per thread and (i, c): [count, mean, sum of squared deviations]
+  at::Tensor partial = with_stats ? at::zeros({threads, N, C, 3}, x.options().dtype(at::kDouble)) : at::Tensor();
+  if (x.numel() == 0 || N == 0) return with_stats ? combine_moments(partial) : at::Tensor();
   block = std::min(block, C);
   const int64_t nblk = (C + block - 1) / block;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fft_conv_forward", [&] {
@@ -240,6 +294,7 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
     const T* kp = reinterpret_cast<const T*>(k_f.data_ptr<Complex<T>>());
     const T* bp = bias_c.defined() ? bias_c.data_ptr<T>() : nullptr;
     T* op = out.data_ptr<T>();
+    const T* onesp = centred ? ones_opt->data_ptr<T>() : nullptr;
     double* sp = with_stats ? partial.data_ptr<double>() : nullptr;
     const int64_t xs_b = x.stride(0), xs_c = x.stride(1), xs_t = x.stride(2);
     const int64_t os_b = out.stride(0), os_i = out.stride(1), os_c = out.stride(2), os_t = out.stride(3);
@@ -251,12 +306,19 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
     // product overwrites X itself.
     const int64_t ld = 2 * F;
     at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> buf(block * ld), prod(N > 1 ? block * ld : 0);
-      double* part = with_stats ? sp + at::get_thread_num() * N * C * 2 : nullptr;
+      std::vector<T> buf(block * ld), prod(N > 1 ? block * ld : 0), mu(centred ? block : 0);
+      double* part = with_stats ? sp + at::get_thread_num() * N * C * 3 : nullptr;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
         const Plan& plan = plan_for<T>(n, rows);
         gather_rows(xp + b * xs_b + c0 * xs_c, xs_c, xs_t, rows, L, ld, buf.data());
+        if (centred)
+          for (int64_t c = 0; c < rows; ++c) {
+            double m, m2;
+            row_moments(buf.data() + c * ld, L, T(1), T(0), &m, &m2);
+            mu[c] = static_cast<T>(m);
+            for (int64_t t = 0; t < L; ++t) buf[c * ld + t] -= mu[c];
+          }
         zero_tails(buf.data(), rows, ld, L, n);
         dfti_check(DftiComputeForward(plan.fwd, buf.data()), "DftiComputeForward");
         T* res = N > 1 ? prod.data() : buf.data();
@@ -269,23 +331,36 @@ at::Tensor fft_conv_forward(const at::Tensor& x, const at::Tensor& k_f, int64_t 
           }
           dfti_check(DftiComputeBackward(plan.bwd, res), "DftiComputeBackward");
           const T* bb = bp ? bp + c0 : nullptr;
-          scatter_rows(res, ld, rows, L, inv_n, bb, op + b * os_b + i * os_i + c0 * os_c, os_c, os_t);
+          T scale = inv_n;
+          if (centred) {  // res = res / n + mu * ones, in place
+            for (int64_t c = 0; c < rows; ++c) {
+              const T* o = onesp + (i * C + c0 + c) * L;
+              T* r = res + c * ld;
+              for (int64_t t = 0; t < L; ++t) r[t] = r[t] * inv_n + mu[c] * o[t];
+            }
+            scale = T(1);
+          }
+          scatter_rows(res, ld, rows, L, scale, bb, op + b * os_b + i * os_i + c0 * os_c, os_c, os_t);
           if (part)
-            for (int64_t c = 0; c < rows; ++c)
-              sum_and_squares(res + c * ld, L, inv_n, bb ? bb[c] : T(0), part + (i * C + c0 + c) * 2);
+            for (int64_t c = 0; c < rows; ++c) {
+              double m, m2;
+              row_moments(res + c * ld, L, scale, bb ? bb[c] : T(0), &m, &m2);
+              merge_moments(part + (i * C + c0 + c) * 3, static_cast<double>(L), m, m2);
+            }
         }
       }
     });
   });
-  return with_stats ? partial.sum(0) : at::Tensor();
+  return with_stats ? combine_moments(partial) : at::Tensor();
 }
 
 // Backward of fft_conv_forward (without the bias): with G_i = rfft_n(dy_i) and X = rfft_n(x),
 //   grad_x = crop_L(irfft_n(sum_i G_i * conj(k_f[i])))        written to a tensor laid out like x;
 //   grad_k_f[i] = sum_b G_bi * conj(X_b)                       un-normalized spectrum; the caller's irfft_n
-// gives the gradient of the circular kernel. dy = grad (B, N, C, L); or, with coef (3, N, C) and z given,
-// grad is g (B, C, L) and dy_i = coef[0, i] * g + coef[1, i] * z_i + coef[2, i] per channel (the BatchNorm
-// backward folded into the gather, so the (B, N, C, L) gradient never exists).
+// gives the gradient of the circular kernel. dy = grad (B, N, C, L); or, with coef (4, N, C) and z given,
+// grad is g (B, C, L) and dy_i = coef[0, i] * g + coef[1, i] * (z_i - coef[3, i]) + coef[2, i] per channel (the
+// BatchNorm backward folded into the gather, so the (B, N, C, L) gradient never exists). coef[3] is the branch mean
+// in x's dtype: z_i - mean is then exact or nearly so, where coef1 * z_i + const would cancel for a large mean.
 std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor& k_f, int64_t n, const at::Tensor& grad,
                                           bool need_x, bool need_k, int64_t block,
                                           const c10::optional<at::Tensor>& z_opt,
@@ -301,9 +376,9 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
     coef = coef_opt->contiguous();
     check_cpu({&z, &coef});
     check_bnl(z, "z", x.scalar_type(), B, N, C, L);
-    TORCH_CHECK(coef.scalar_type() == x.scalar_type() && coef.dim() == 3 && coef.size(0) == 3 && coef.size(1) == N &&
+    TORCH_CHECK(coef.scalar_type() == x.scalar_type() && coef.dim() == 3 && coef.size(0) == 4 && coef.size(1) == N &&
                     coef.size(2) == C,
-                "fftconv (cpu): coef must be (3, ", N, ", ", C, ") of x's dtype");
+                "fftconv (cpu): coef must be (4, ", N, ", ", C, ") of x's dtype");
     TORCH_CHECK(grad.scalar_type() == x.scalar_type() && grad.sizes() == x.sizes(),
                 "fftconv (cpu): with coef, grad must be (", B, ", ", C, ", ", L, ") of x's dtype");
   } else {
@@ -351,14 +426,14 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
         if (need_x) std::fill(acc.begin(), acc.begin() + rows * ld, T(0));
         if (folded) gather_rows(gp + b * gs_b + c0 * gs_c, gs_c, gs_t, rows, L, L, gbuf.data());
         for (int64_t i = 0; i < N; ++i) {
-          if (folded) {  // dy_i = A g + Bc z_i + D, row by row
+          if (folded) {  // dy_i = A g + Bc (z_i - M) + D, row by row
             for (int64_t c = 0; c < rows; ++c) {
               const T A = cp[(0 * N + i) * C + c0 + c], Bc = cp[(1 * N + i) * C + c0 + c],
-                      D = cp[(2 * N + i) * C + c0 + c];
+                      D = cp[(2 * N + i) * C + c0 + c], M = cp[(3 * N + i) * C + c0 + c];
               const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
               const T* gr = gbuf.data() + c * L;
               T* dst = gs.data() + c * ld;
-              for (int64_t t = 0; t < L; ++t) dst[t] = A * gr[t] + Bc * zr[t * zs_t] + D;
+              for (int64_t t = 0; t < L; ++t) dst[t] = A * gr[t] + Bc * (zr[t * zs_t] - M) + D;
             }
           } else {
             gather_rows(gp + b * gs_b + i * gs_i + c0 * gs_c, gs_c, gs_t, rows, L, ld, gs.data());
@@ -393,18 +468,20 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
   return {grad_x, need_k ? partial.sum(0) : at::Tensor()};
 }
 
-// out[b, c, t] = shift[c] + sum_i a[i, c] * z[b, i, c, t]; out (B, C, L) with any strides, z (B, N, C, L).
-void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& shift, at::Tensor& out, int64_t block) {
-  check_cpu({&z, &a, &shift, &out});
+// out[b, c, t] = shift[c] + sum_i a[i, c] * (z[b, i, c, t] - center[i, c]); out (B, C, L) with any strides,
+// z (B, N, C, L). Centring each branch on its mean keeps a z with a large mean from cancelling against shift.
+void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& center, const at::Tensor& shift,
+                    at::Tensor& out, int64_t block) {
+  check_cpu({&z, &a, &center, &shift, &out});
   TORCH_CHECK(z.dim() == 4 && out.dim() == 3, "branch_combine: expected z (B, N, C, L) and out (B, C, L)");
   const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
   TORCH_CHECK(out.size(0) == B && out.size(1) == C && out.size(2) == L, "branch_combine: out must be (B, C, L)");
-  TORCH_CHECK(a.is_contiguous() && a.dim() == 2 && a.size(0) == N && a.size(1) == C && shift.is_contiguous() &&
-                  shift.numel() == C,
-              "branch_combine: a must be a contiguous (N, C) and shift a (C,) tensor");
+  TORCH_CHECK(a.is_contiguous() && a.dim() == 2 && a.size(0) == N && a.size(1) == C && center.is_contiguous() &&
+                  center.sizes() == a.sizes() && shift.is_contiguous() && shift.numel() == C,
+              "branch_combine: a and center must be contiguous (N, C) and shift a (C,) tensor");
   TORCH_CHECK(z.scalar_type() == out.scalar_type() && a.scalar_type() == z.scalar_type() &&
-                  shift.scalar_type() == z.scalar_type(),
-              "branch_combine: z, a, shift and out must share a dtype");
+                  center.scalar_type() == z.scalar_type() && shift.scalar_type() == z.scalar_type(),
+              "branch_combine: z, a, center, shift and out must share a dtype");
   TORCH_CHECK(block >= 1, "branch_combine: block must be >= 1");
   if (out.numel() == 0) return;
   block = std::min(block, C);
@@ -413,6 +490,7 @@ void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& 
     using T = scalar_t;
     const T* zp = z.data_ptr<T>();
     const T* ap = a.data_ptr<T>();
+    const T* mp = center.data_ptr<T>();
     const T* sp = shift.data_ptr<T>();
     T* op = out.data_ptr<T>();
     const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
@@ -424,9 +502,9 @@ void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& 
           T* dst = tmp.data() + c * L;
           std::fill(dst, dst + L, sp[c0 + c]);
           for (int64_t i = 0; i < N; ++i) {
-            const T ai = ap[i * C + c0 + c];
+            const T ai = ap[i * C + c0 + c], mi = mp[i * C + c0 + c];
             const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
-            for (int64_t t = 0; t < L; ++t) dst[t] += ai * zr[t * zs_t];
+            for (int64_t t = 0; t < L; ++t) dst[t] += ai * (zr[t * zs_t] - mi);
           }
         }
         scatter_rows(tmp.data(), L, rows, L, T(1), static_cast<const T*>(nullptr),
@@ -436,13 +514,17 @@ void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& 
   });
 }
 
-// Row 0: sum_{b,t} g[b, c, t]; row 1 + i: sum_{b,t} g[b, c, t] * z[b, i, c, t]. (N + 1, C) float64.
-at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, int64_t block) {
-  check_cpu({&g, &z});
+// Row 0: sum_{b,t} g[b, c, t]; row 1 + i: sum_{b,t} g[b, c, t] * (z[b, i, c, t] - mean[i, c]). (N + 1, C) float64,
+// accumulated in double: sum g z - mean sum g would cancel for a large mean.
+at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, const at::Tensor& mean, int64_t block) {
+  check_cpu({&g, &z, &mean});
   TORCH_CHECK(g.dim() == 3 && z.dim() == 4, "branch_grad_stats: expected g (B, C, L) and z (B, N, C, L)");
   const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
   TORCH_CHECK(g.size(0) == B && g.size(1) == C && g.size(2) == L && g.scalar_type() == z.scalar_type(),
               "branch_grad_stats: g must be (B, C, L) of z's dtype");
+  TORCH_CHECK(mean.scalar_type() == at::kDouble && mean.is_contiguous() && mean.dim() == 2 && mean.size(0) == N &&
+                  mean.size(1) == C,
+              "branch_grad_stats: mean must be a contiguous (N, C) float64 tensor");
   TORCH_CHECK(block >= 1, "branch_grad_stats: block must be >= 1");
   at::Tensor out = at::zeros({N + 1, C}, z.options().dtype(at::kDouble));
   if (z.numel() == 0) return out;
@@ -452,6 +534,7 @@ at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, int64_t b
     using T = scalar_t;
     const T* gp = g.data_ptr<T>();
     const T* zp = z.data_ptr<T>();
+    const double* mp = mean.data_ptr<double>();
     double* op = out.data_ptr<double>();
     const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
     at::parallel_for(0, nblk, 1, [&](int64_t begin, int64_t end) {  // a task owns its channels: no races
@@ -462,24 +545,25 @@ at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, int64_t b
           gather_rows(gp + b * g.stride(0) + c0 * g.stride(1), g.stride(1), g.stride(2), rows, L, L, gbuf.data());
           for (int64_t c = 0; c < rows; ++c) {
             const T* gr = gbuf.data() + c * L;
-            T s[8] = {};
+            double s[8] = {};
             int64_t t = 0;
             for (; t + 8 <= L; t += 8)
-              for (int j = 0; j < 8; ++j) s[j] += gr[t + j];
+              for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(gr[t + j]);
             double acc = 0;
             for (int j = 0; j < 8; ++j) acc += s[j];
             for (; t < L; ++t) acc += gr[t];
             op[c0 + c] += acc;
             for (int64_t i = 0; i < N; ++i) {
               const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
-              T q[8] = {};
+              const double m = mp[i * C + c0 + c];
+              double q[8] = {};
               t = 0;
               if (zs_t == 1)
                 for (; t + 8 <= L; t += 8)
-                  for (int j = 0; j < 8; ++j) q[j] += gr[t + j] * zr[t + j];
+                  for (int j = 0; j < 8; ++j) q[j] += static_cast<double>(gr[t + j]) * (static_cast<double>(zr[t + j]) - m);
               double dacc = 0;
               for (int j = 0; j < 8; ++j) dacc += q[j];
-              for (; t < L; ++t) dacc += static_cast<double>(gr[t] * zr[t * zs_t]);
+              for (; t < L; ++t) dacc += static_cast<double>(gr[t]) * (static_cast<double>(zr[t * zs_t]) - m);
               op[(1 + i) * C + c0 + c] += dacc;
             }
           }
@@ -495,17 +579,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fft_conv_forward", &fft_conv_forward,
         "out[b, i, c, :L] = irfft(rfft(x[b, c], n) * k_f[i, c])[:L] + bias[c]; x (B, C, L) and out (B, N, C, L) "
         "with any strides, k_f (N, C, n/2+1) complex; block = channels per task; with_stats: also return the "
-        "(N, C, 2) float64 [sum, sum of squares] of out over (b, t)",
+        "(N, C, 2) float64 [mean, biased variance] of out over (b, t)",
         py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("bias"), py::arg("out"), py::arg("block"),
-        py::arg("with_stats") = false);
+        py::arg("with_stats") = false, py::arg("ones") = py::none());
   m.def("fft_conv_backward", &fft_conv_backward,
         "(grad_x laid out like x or None, un-normalized grad spectrum (N, C, F) or None) of fft_conv_forward "
-        "without bias; with z and coef (3, N, C), grad is g (B, C, L) and dy_i = coef0 g + coef1 z_i + coef2",
+        "without bias; with z and coef (4, N, C), grad is g (B, C, L) and dy_i = coef0 g + coef1 (z_i - coef3) + coef2",
         py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("grad"), py::arg("need_x"), py::arg("need_k"),
         py::arg("block"), py::arg("z") = py::none(), py::arg("coef") = py::none());
-  m.def("branch_combine", &branch_combine, "out[b, c, t] = shift[c] + sum_i a[i, c] z[b, i, c, t]", py::arg("z"),
-        py::arg("a"), py::arg("shift"), py::arg("out"), py::arg("block"));
+  m.def("branch_combine", &branch_combine, "out[b, c, t] = shift[c] + sum_i a[i, c] (z[b, i, c, t] - center[i, c])",
+        py::arg("z"), py::arg("a"), py::arg("center"), py::arg("shift"), py::arg("out"), py::arg("block"));
   m.def("branch_grad_stats", &branch_grad_stats,
-        "(N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * z_i", py::arg("g"), py::arg("z"),
-        py::arg("block"));
+        "(N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * (z_i - mean_i)", py::arg("g"),
+        py::arg("z"), py::arg("mean"), py::arg("block"));
 }

@@ -9,7 +9,9 @@ Resolutions
     ``max_branches`` is hit, i.e. ``N = min(max_branches, ceil(log2(seq_len / l0)) + 1)``, so the
     last branch is global whenever the budget allows (the paper's ``N = log2(L / l0) + 1`` with the
     ceiling taken for lengths that are not ``l0`` times a power of two). Dilated branches use
-    ``l0`` taps per side spaced by ``2**i``.
+    ``num_taps`` (default ``l0``) taps per side spaced by ``2**i``; taps past the common reach are left
+    out when their lags are beyond the nominal length (they could reach no output), and a ``num_taps``
+    whose taps would be cut inside it is a ValueError.
 
 Branch combination
     ``'bn'``: one BatchNorm per branch (stored as a single ``BatchNorm1d(N * C)`` whose channel
@@ -158,7 +160,17 @@ class MRConv1d(nn.Module):
         reach = min(self.kernel_size * 2**i, self.seq_len)
         kt, dim, causal = self.kernel_type, self.dim, self.causal
         if kt == 'dilated':
-            return DilatedKernel(dim, taps, 2**i, causal)
+            # taps past the common reach are never used: cap them (no parameter without a gradient) when they
+            # lie beyond the nominal length anyway, refuse when they would have reached an output
+            d = 2**i
+            fit = min(taps, (self.reach - 1) // d + 1)
+            if fit < taps and fit * d < self.seq_len:
+                raise ValueError(
+                    f'dilated branch {i} (dilation {d}) needs a reach of {(taps - 1) * d + 1} for num_taps={taps}, '
+                    f'but the layer reaches {self.reach} (kernel_size={self.kernel_size}, {self.num_branches} '
+                    f'branches): use num_taps <= {fit} or a larger kernel_size'
+                )
+            return DilatedKernel(dim, fit, d, causal)
         if kt == 'fourier':
             return FourierKernel(dim, reach, modes, causal)
         if kt == 'sparse':

@@ -1,5 +1,6 @@
 """Model files: configs and ``@register_model`` entrypoints (importing registers them with timm)."""
 
+from ._checkpoint import read_state_dict
 from ._mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
 from .lightconvnext import DynConvNeXt, LightConvNeXt
 from .mrconvnext import MRConvNeXt, mrconv_kernel_size
@@ -24,6 +25,7 @@ __all__ = [
     'LightConvNeXt',
     'DynConvNeXt',
     'load_convnext_weights',
+    'read_state_dict',
     'stage_feature_sizes',
     'mrconv_kernel_size',
 ]

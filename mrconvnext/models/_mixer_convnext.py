@@ -24,6 +24,8 @@ from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.convnext import ConvNeXt
 
+from ._checkpoint import read_state_dict
+
 __all__ = [
     'MixerConvNeXt',
     'CONVNEXT_ARCHS',
@@ -132,6 +134,11 @@ class MixerConvNeXt(ConvNeXt):
     def _check_input(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
+        if not x.is_floating_point():
+            raise TypeError(
+                f'{type(self).__name__} expects a floating-point image tensor, got dtype {x.dtype} '
+                '(convert integer images with x.float() and normalize them first)'
+            )
         if x.dim() != 4:
             raise ValueError(f'{type(self).__name__} expects images of shape (B, C, H, W), got {tuple(x.shape)}')
         if x.shape[1] != self.in_chans:
@@ -153,35 +160,14 @@ class MixerConvNeXt(ConvNeXt):
         return super().forward_intermediates(x, *args, **kwargs)
 
 
-def _read_state_dict(source: str | os.PathLike | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    if isinstance(source, Mapping):
-        return dict(source)
-    path = os.fspath(source)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'no checkpoint file at {path}')
-    try:
-        if path.endswith('.safetensors'):
-            from safetensors.torch import load_file
-
-            sd = load_file(path)
-        else:
-            sd = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:  # truncated, foreign or pickled-object files
-        raise ValueError(f'could not read a state dict from {path}: {type(e).__name__}: {e}') from e
-    for key in ('state_dict_ema', 'model_ema', 'state_dict', 'model'):
-        if isinstance(sd, Mapping) and key in sd and isinstance(sd[key], Mapping):
-            sd = sd[key]
-            break
-    if not isinstance(sd, Mapping) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise ValueError(f'{path} does not hold a state dict of tensors')
-    return dict(sd)
-
-
-def load_convnext_weights(model: MixerConvNeXt, source: str | os.PathLike | Mapping[str, torch.Tensor]) -> list[str]:
+def load_convnext_weights(
+    model: MixerConvNeXt, source: str | os.PathLike | Mapping[str, torch.Tensor], use_ema: bool = False
+) -> list[str]:
     """Warm start: copy every non-mixer weight of a timm ConvNeXt checkpoint into ``model``.
 
-    ``source`` is a state dict, or a ``.safetensors`` / ``torch.save`` file (read with
-    ``weights_only=True``). timm's own checkpoint filter maps original-repo names. All non-mixer
+    ``source`` is a state dict, or a ``.safetensors`` / ``torch.save`` file, read by the package's one reader
+    (:func:`~mrconvnext.models._checkpoint.read_state_dict`: weights only, the trained weights of a training
+    checkpoint unless ``use_ema``). timm's own checkpoint filter maps original-repo names. All non-mixer
     tensors must be present with matching shapes (the same ConvNeXt size); the classifier is
     skipped if its class count differs.
 
@@ -191,7 +177,7 @@ def load_convnext_weights(model: MixerConvNeXt, source: str | os.PathLike | Mapp
     """
     from timm.models.convnext import checkpoint_filter_fn
 
-    sd = checkpoint_filter_fn(_read_state_dict(source), model)
+    sd = checkpoint_filter_fn(read_state_dict(source, use_ema=use_ema)[0], model)
     own = model.state_dict()
     mixer_prefixes = tuple(f'{n}.' for n, m in model.named_modules() if n.endswith('.conv_dw'))
     load, problems = {}, []

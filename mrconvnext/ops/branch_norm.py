@@ -7,8 +7,9 @@ For ``x (B, C, L)`` and kernels ``(N, C, K)`` (lag convention of :func:`~mrconvn
 
 with per-channel ``mean_i`` and biased ``var_i`` over batch and positions: exactly ``nn.BatchNorm1d`` in
 training mode on every branch, followed by the alpha-weighted sum (MRConv's training form, paper Eq. 10-12).
-The fused CPU kernels (``kernels/fftconv``) compute the statistics while writing ``z``, the weighted sum in one
-pass into a tensor laid out like ``x``, and in the backward fold the BatchNorm gradient into the FFT
+The fused CPU kernels (``kernels/fftconv``) compute the statistics while writing ``z`` (per-row two-pass moments in
+float64, merged with Chan's pairwise update, so a branch whose mean is large against its spread keeps its
+variance: no ``E[z^2] - E[z]^2``), the weighted sum in one pass into a tensor laid out like ``x``, and in the backward fold the BatchNorm gradient into the FFT
 backward's gather, so the ``(B, N, C, L)`` gradient of ``z`` is never materialized. Only ``x``, ``z`` and the
 kernel spectra are saved. Running statistics are the caller's (it gets ``mean`` and ``var``).
 """
@@ -16,9 +17,10 @@ kernel spectra are saved. Running statistics are the caller's (it gets ``mean`` 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from . import _native
-from .long_conv import _fused_rows, circular_kernel, crop_kernel, fft_length
+from .long_conv import _check, _fused_rows, circular_kernel, crop_kernel, fft_length
 
 __all__ = ['branch_conv_bn_sum', 'branch_conv_bn_sum_supported']
 
@@ -37,22 +39,24 @@ def branch_conv_bn_sum_supported(x: torch.Tensor) -> bool:
 
 class _ConvBNSum(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, k_circ, weight, bias, alpha, n: int, eps: float, fused):
+    def forward(ctx, x, k_circ, ones, weight, bias, alpha, n: int, eps: float, fused):
         B, C, L = x.shape
         N = k_circ.shape[0]
-        M = B * L
         rows = _fused_rows(n)
         k_f = torch.fft.rfft(k_circ).contiguous()
         z = x.new_empty((B, N, C, L))
-        sums = fused.fft_conv_forward(x, k_f, n, None, z, rows, True)  # (N, C, 2) float64
-        mean = sums[..., 0] / M
-        var = (sums[..., 1] / M - mean * mean).clamp_min(0.0)
+        # (N, C, 2) float64 [mean, biased var]; each row of x centred before its transforms (see ones_response)
+        stats = fused.fft_conv_forward(x, k_f, n, None, z, rows, True, ones)
+        mean, var = stats[..., 0].contiguous(), stats[..., 1]
         invstd = (var + eps).rsqrt()
         w, b, a = weight.double(), bias.double(), alpha.double()
-        scale = a * w * invstd  # y = sum_i scale_i * z_i + shift
-        shift = (a * (b - w * invstd * mean)).sum(0)
+        # y = sum_i scale_i * (z_i - center_i) + shift, centred on the mean rounded to x's dtype: z_i - center_i
+        # is then (nearly) exact where scale_i * z_i + const would cancel for a large mean.
+        center = mean.to(x.dtype)
+        scale = a * w * invstd
+        shift = (a * (b - w * invstd * (mean - center.double()))).sum(0)
         y = torch.empty_like(x)  # laid out like x: a channels-last map stays channels-last
-        fused.branch_combine(z, scale.to(x.dtype).contiguous(), shift.to(x.dtype).contiguous(), y, rows)
+        fused.branch_combine(z, scale.to(x.dtype).contiguous(), center, shift.to(x.dtype).contiguous(), y, rows)
         ctx.save_for_backward(x, k_f, z, mean, invstd, weight, bias, alpha)
         ctx.n, ctx.fused = n, fused
         mean_out, var_out = mean.to(x.dtype), var.to(x.dtype)
@@ -67,22 +71,24 @@ class _ConvBNSum(torch.autograd.Function):
         B, C, L = x.shape
         M = B * L
         rows = _fused_rows(n)
-        sums = fused.branch_grad_stats(g, z, _STATS_ROWS)  # (N + 1, C) float64
-        s_g, s_gz = sums[0], sums[1:]
-        p = invstd * (s_gz - mean * s_g)  # sum over (b, t) of g * z_hat_i
+        sums = fused.branch_grad_stats(g, z, mean, _STATS_ROWS)  # (N + 1, C) float64
+        s_g = sums[0]
+        p = invstd * sums[1:]  # sum over (b, t) of g * z_hat_i
         w, b, a = weight.double(), bias.double(), alpha.double()
         scale = a * w * invstd
-        # BatchNorm backward, dz_i = scale_i * (g - mean(g) - z_hat_i * mean(g * z_hat_i)), as coef0 g + coef1 z_i + coef2
+        # BatchNorm backward, dz_i = scale_i * (g - mean(g) - z_hat_i * mean(g * z_hat_i)), written as
+        # coef0 g + coef1 (z_i - center_i) + coef2 with the centre the mean in x's dtype (see the forward)
+        center = mean.to(x.dtype)
         c1 = -scale * invstd * p / M
-        c2 = -scale * s_g / M - c1 * mean
-        coef = torch.stack([scale, c1, c2]).to(x.dtype)
-        need_x, need_k, need_w, need_b, need_a = ctx.needs_input_grad[:5]
+        c2 = -scale * s_g / M + c1 * (center.double() - mean)
+        coef = torch.stack([scale, c1, c2, center.double()]).to(x.dtype)
+        need_x, need_k, _, need_w, need_b, need_a = ctx.needs_input_grad[:6]
         grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g, need_x, need_k, rows, z, coef)
         grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else None
         grad_w = (a * p).to(weight.dtype) if need_w else None
         grad_b = (a * s_g).to(bias.dtype) if need_b else None
         grad_a = (w * p + b * s_g).to(alpha.dtype) if need_a else None
-        return grad_x, grad_k, grad_w, grad_b, grad_a, None, None, None
+        return grad_x, grad_k, None, grad_w, grad_b, grad_a, None, None, None
 
 
 def branch_conv_bn_sum(
@@ -100,7 +106,10 @@ def branch_conv_bn_sum(
     the caller's running statistics. Raises ValueError where BatchNorm would (one value per channel) and
     RuntimeError where :func:`branch_conv_bn_sum_supported` is False.
     """
-    if x.dim() != 3 or kernels.dim() != 3 or kernels.shape[1] != x.shape[1]:
+    _check(
+        x, kernels, zero_lag, None, 'branch_conv_bn_sum'
+    )  # long_conv1d's checks: dtypes, shapes, zero_lag inside the kernel
+    if kernels.dim() != 3:
         raise ValueError(
             f'branch_conv_bn_sum expects x (B, C, L) and kernels (N, C, K), got {tuple(x.shape)} and '
             f'{tuple(kernels.shape)}'
@@ -118,5 +127,18 @@ def branch_conv_bn_sum(
         raise RuntimeError('branch_conv_bn_sum needs float32/float64 CPU tensors and the fused CPU extension')
     kernels, zero_lag = crop_kernel(kernels, zero_lag, L)
     n = fft_length(L, kernels.shape[-1], zero_lag)
-    k_circ = circular_kernel(kernels.to(x.dtype), zero_lag, n)
-    return _ConvBNSum.apply(x, k_circ, weight, bias, alpha, n, eps, _native.load_fftconv_cpu())
+    kernels = kernels.to(x.dtype)
+    k_circ = circular_kernel(kernels, zero_lag, n)
+    ones = ones_response(kernels.detach(), zero_lag, L).to(x.dtype)
+    return _ConvBNSum.apply(x, k_circ, ones, weight, bias, alpha, n, eps, _native.load_fftconv_cpu())
+
+
+def ones_response(kernels: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
+    """``long_conv1d(ones(1, C, length), kernels)`` exactly, from prefix sums of the taps in float64:
+    ``(..., C, K) -> (..., C, length)``, entry ``t`` the sum of the taps whose lag reaches inside ``[0, length)``."""
+    K = kernels.shape[-1]
+    P = F.pad(kernels.double().cumsum(-1), (1, 0))
+    t = torch.arange(length, device=kernels.device)
+    hi = (t + zero_lag + 1).clamp(max=K)
+    lo = (t + zero_lag - length + 1).clamp(min=0)
+    return (P[..., hi] - P[..., lo]).contiguous()

@@ -111,29 +111,31 @@ def choose_backend(x: torch.Tensor, kernel_taps: int, zero_lag: int) -> str:
     return 'direct' if kernel_taps <= _DIRECT_MAX_TAPS else 'fft'
 
 
-def _check(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None) -> None:
+def _check(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None, name: str = 'long_conv1d'
+) -> None:
     if not isinstance(x, torch.Tensor) or not isinstance(kernel, torch.Tensor):
-        raise TypeError('long_conv1d expects tensors for x and kernel')
+        raise TypeError(f'{name} expects tensors for x and kernel')
     if not x.is_floating_point():
-        raise TypeError(f'long_conv1d expects a floating-point input, got dtype {x.dtype}')
+        raise TypeError(f'{name} expects a floating-point input, got dtype {x.dtype}')
     if not kernel.is_floating_point():
-        raise TypeError(f'long_conv1d expects a floating-point kernel, got dtype {kernel.dtype}')
+        raise TypeError(f'{name} expects a floating-point kernel, got dtype {kernel.dtype}')
     if x.dim() != 3:
-        raise ValueError(f'long_conv1d expects x of shape (B, C, L), got shape {tuple(x.shape)}')
+        raise ValueError(f'{name} expects x of shape (B, C, L), got shape {tuple(x.shape)}')
     B, C, L = x.shape
     if L == 0:
-        raise ValueError('long_conv1d got an empty sequence (L = 0)')
+        raise ValueError(f'{name} got an empty sequence (L = 0)')
     if kernel.dim() not in (2, 3) or kernel.shape[-2] != C or kernel.shape[-1] == 0:
         raise ValueError(
-            f'long_conv1d expects a kernel of shape ({C}, K) or (N, {C}, K) with K >= 1 for an input '
+            f'{name} expects a kernel of shape ({C}, K) or (N, {C}, K) with K >= 1 for an input '
             f'with {C} channels, got shape {tuple(kernel.shape)}'
         )
     if not 0 <= zero_lag < kernel.shape[-1]:
         raise ValueError(
-            f'zero_lag must index a tap of the kernel (0 <= zero_lag < {kernel.shape[-1]}), got {zero_lag}'
+            f'{name}: zero_lag must index a tap of the kernel (0 <= zero_lag < {kernel.shape[-1]}), got {zero_lag}'
         )
     if bias is not None and bias.shape != (C,):
-        raise ValueError(f'long_conv1d expects a bias of shape ({C},), got {tuple(bias.shape)}')
+        raise ValueError(f'{name} expects a bias of shape ({C},), got {tuple(bias.shape)}')
 
 
 def fft_length(length: int, taps: int, zero_lag: int) -> int:
@@ -327,8 +329,9 @@ def long_conv1d(
         backend: ``'auto'``, ``'fft'``, ``'direct'`` or ``'flashfft'``.
         spectrum_cache: optional dict owned by the caller (e.g. a deployed layer) in which the FFT
             path keeps the kernel's spectrum between calls when no gradient is needed. Entries are
-            keyed by the kernel's storage, version counter, dtype, device and the FFT size, so
-            ``load_state_dict``, in-place updates and ``.to()`` invalidate them.
+            keyed by the kernel's storage, version counter, dtype, device and by the input length
+            (which sets the crop and FFT size), so ``load_state_dict``, in-place updates and ``.to()``
+            invalidate them and inputs of different lengths never share one.
 
     Returns:
         ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
@@ -372,15 +375,31 @@ def long_conv1d(
     return y.to(out_dtype)
 
 
+# Spectra kept per deployed layer: one per input size in use (a detection backbone alternates a few).
+_SPECTRUM_CACHE_SIZE = 8
+
+
 def _cached_spectrum(
     cache: dict | None, full_kernel: torch.Tensor, kernel: torch.Tensor, zero_lag: int, length: int, dtype
 ) -> tuple[torch.Tensor, int]:
+    """The spectrum of ``kernel`` (``full_kernel`` cropped to ``length``) for an input of ``length``, from ``cache``.
+
+    The cached value depends on the kernel's values (its storage, version counter, shape, dtype, device) and on the
+    crop and FFT size, i.e. on ``length`` and ``zero_lag``: all of them are in the key. A kernel change drops every
+    entry; otherwise up to :data:`_SPECTRUM_CACHE_SIZE` lengths are kept (oldest dropped first).
+    """
     n = fft_length(length, kernel.shape[-1], zero_lag)
     if cache is None or torch.compiler.is_compiling():
         return _spectrum(kernel.to(dtype), zero_lag, n), n
-    key = (full_kernel.data_ptr(), full_kernel._version, tuple(full_kernel.shape), dtype, full_kernel.device, n)
-    if cache.get('key') != key:
+    kernel_key = (full_kernel.data_ptr(), full_kernel._version, tuple(full_kernel.shape), full_kernel.device)
+    if cache.get('kernel') != kernel_key:
         cache.clear()
-        cache['key'] = key
-        cache['spectrum'] = _spectrum(kernel.to(dtype), zero_lag, n)
-    return cache['spectrum'], n
+        cache['kernel'] = kernel_key
+        cache['spectra'] = {}
+    spectra = cache['spectra']
+    key = (length, zero_lag, n, dtype)
+    if key not in spectra:
+        if len(spectra) >= _SPECTRUM_CACHE_SIZE:
+            spectra.pop(next(iter(spectra)))
+        spectra[key] = _spectrum(kernel.to(dtype), zero_lag, n)
+    return spectra[key], n

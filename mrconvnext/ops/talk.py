@@ -115,9 +115,11 @@ def _ref_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n:
     # growing window; the other two bounds only matter for offsets outside [0, 1].
     u_s = torch.where(a <= 0, 0.0, torch.where(a > n - 1, n - 1.0, a))
     u_e = torch.where(b >= n - 1, n - 1.0, torch.where(b < 0, 0.0, b)) + 1
-    # k: the cell a growing window moves into (the derivative convention at integer positions).
-    k_s = (torch.ceil(u_s) - 1).clamp(min=0).detach()
-    k_e = torch.floor(u_e).clamp(max=n - 1).detach()
+    # k: the cell a growing window moves into (the derivative convention at integer positions). A NaN offset
+    # gives a NaN boundary u; its index is set to 0 so the lookup is valid and the NaN reaches the output
+    # through u - k, as in the fused and native implementations.
+    k_s = torch.nan_to_num(torch.ceil(u_s) - 1, nan=0.0).clamp(min=0).detach()
+    k_e = torch.nan_to_num(torch.floor(u_e), nan=0.0).clamp(max=n - 1).detach()
     return (u_s, k_s), (u_e, k_e)
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 import mrconvnext
+from mrconvnext.models._checkpoint import MODEL_KEYS, read_state_dict
 
 __all__ = [
     'setup_logging',
@@ -37,7 +38,7 @@ __all__ = [
 _logger = logging.getLogger('mrconvnext.tools')
 
 # keys of a timm training checkpoint that hold a model state dict, in the order they are tried
-CHECKPOINT_KEYS = ('state_dict', 'model', 'module')
+CHECKPOINT_KEYS = MODEL_KEYS
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -117,40 +118,16 @@ def read_run_args(checkpoint: str | os.PathLike | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def read_state_dict(path: str | os.PathLike, use_ema: bool = False) -> tuple[dict[str, torch.Tensor], str]:
-    """A model state dict from a ``.safetensors`` file or a ``torch.save`` file, never unpickling objects.
-
-    ``torch.save`` files are read with ``torch.load(weights_only=True)``. A timm training checkpoint
-    gives its ``state_dict`` (``state_dict_ema`` with ``use_ema``). Returns the state dict and the key
-    it came from (``''`` for a bare state dict).
-    """
-    from timm.models import clean_state_dict
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'no checkpoint file at {path}')
-    if path.endswith('.safetensors'):
-        from safetensors.torch import load_file
-
-        return dict(load_file(path)), ''
-    ckpt = torch.load(path, map_location='cpu', weights_only=True)
-    if not isinstance(ckpt, Mapping):
-        raise ValueError(f'{path} does not hold a state dict')
-    keys = (('state_dict_ema', 'model_ema') if use_ema else ()) + CHECKPOINT_KEYS
-    for key in keys:
-        if isinstance(ckpt.get(key), Mapping):
-            return clean_state_dict(dict(ckpt[key])), key
-    if use_ema:
-        raise ValueError(f'{path} has no EMA weights (state_dict_ema)')
-    if all(isinstance(v, torch.Tensor) for v in ckpt.values()):
-        return clean_state_dict(dict(ckpt)), ''
-    raise ValueError(f'{path} holds neither a state dict nor a timm training checkpoint')
-
-
 def load_weights(model: nn.Module, path: str | os.PathLike, use_ema: bool = False) -> str:
-    """Load a checkpoint (strictly) into ``model``; returns the checkpoint key used."""
+    """Load a checkpoint (strictly) into ``model`` with the package's one reader (see
+    :func:`~mrconvnext.models.read_state_dict` for the formats and the EMA rule); returns the checkpoint key used.
+
+    A checkpoint of another model or size raises ValueError naming the file."""
     sd, key = read_state_dict(path, use_ema=use_ema)
-    model.load_state_dict(sd, strict=True)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f'{os.fspath(path)} does not fit this {type(model).__name__}: {e}') from e
     return key
 
 

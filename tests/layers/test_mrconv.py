@@ -367,3 +367,27 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momen
     for name in ('running_mean', 'running_var', 'num_batches_tracked'):
         torch.testing.assert_close(getattr(fused.bn, name), getattr(generic.bn, name))
     assert len(calls) == (2 if path == 'fused-kernel' else 0)  # the two training steps
+
+
+def test_deployed_layer_on_changing_lengths_issue_reproducer():
+    # Regression (issue 13): L=19 then L=20 share an FFT size; the cached spectrum of the 19-lag crop was reused.
+    m = MRConv1d(4, 20, causal=True, max_branches=1, backend='fft').eval()
+    m.reparameterize()
+    with torch.no_grad():
+        m.kernel.normal_()
+        for L in (19, 20, 19, 20, 33):
+            x = torch.randn(2, 4, L)
+            ref = shifted_sum_conv(x.double(), m.kernel.double(), 0) + m.bias.double()[:, None]
+            torch.testing.assert_close(m(x).double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_dilated_taps_that_would_be_cut_raise():
+    # Regression (issue 13): num_taps beyond the common reach silently dropped taps (parameters without gradient).
+    with pytest.raises(ValueError, match='num_taps <= 4'):
+        MRConv1d(2, 100, kernel_size=2, max_branches=2, kernel_type='dilated', num_taps=10)
+    # taps whose lags lie beyond the nominal length are left out, so every parameter gets a gradient
+    m = MRConv1d(2, 100, kernel_size=28, kernel_type='dilated')
+    m(torch.randn(2, 2, 100)).square().sum().backward()
+    for name, p in m.named_parameters():
+        if name.endswith('weight') and 'branches' in name:
+            assert (p.grad != 0).all(), name

@@ -115,6 +115,8 @@ def test_bad_inputs(name):
         model(torch.randn(1, 1, 64, 64))
     with pytest.raises(ValueError, match='stride 32'):
         model(torch.randn(1, 3, 16, 64))
+    with pytest.raises(TypeError, match='floating-point image'):  # issue 13: was a raw conv dtype error
+        model(torch.randint(0, 255, (1, 3, 64, 64)))
     with pytest.raises(ValueError, match='no pretrained ImageNet weights exist'):
         timm.create_model(name, pretrained=True)
     assert timm.create_model(name, in_chans=1, num_classes=3)(torch.randn(1, 1, 64, 64)).shape == (1, 3)

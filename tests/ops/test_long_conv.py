@@ -84,7 +84,7 @@ def test_spectrum_cache_follows_the_kernel():
         for _ in range(2):
             y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
             torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
-        assert 'spectrum' in cache
+        assert len(cache['spectra']) == 1
         k.mul_(-2.0)  # in place, as load_state_dict does
         torch.testing.assert_close(
             long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x, k, 29)
@@ -100,6 +100,22 @@ def test_spectrum_cache_follows_the_kernel():
     # with gradients the cache is bypassed and the result is differentiable
     y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
     assert y.requires_grad
+
+
+@pytest.mark.parametrize('causal', [True, False])
+def test_spectrum_cache_keys_on_the_input_length(causal):
+    # Regression (issue 13): lengths 19 and 20 share the FFT size 40, but the cached spectrum is of the kernel
+    # cropped to the first length; a cache keyed without the length silently dropped lags for the second.
+    K = 20 if causal else 39
+    zero_lag = 0 if causal else 19
+    k = torch.randn(4, K, dtype=torch.float64)
+    cache = {}
+    with torch.no_grad():
+        for L in (19, 20, 19, 7, 20):
+            x = torch.randn(2, 4, L, dtype=torch.float64)
+            y = long_conv1d(x, k, zero_lag=zero_lag, backend='fft', spectrum_cache=cache)
+            torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag), rtol=1e-10, atol=1e-10)
+    assert len(cache['spectra']) == 3  # one per length in use
 
 
 def test_float32_accuracy_long_sequence():

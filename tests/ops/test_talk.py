@@ -278,8 +278,9 @@ def test_integer_boundaries_follow_reference_convention(impl):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('impl', [*IMPLS, 'reference'])
 def test_nan_offsets_propagate(impl):
+    # 'reference' is the regression of issue 13: it cast the NaN boundary to an int64 index and crashed.
     x = torch.randn(1, 2, 6)
     off = torch.rand(1, 1, 6, 2)
     off[0, 0, 3, 0] = float('nan')

@@ -1,0 +1,194 @@
+"""Property-based fuzzing of the ops and mixers against the float64 references (hypothesis, bounded examples).
+
+Each property draws shapes, lags, layouts, backends and values (special values included) and checks the package
+against an independent computation: a loop over taps (tests/reference.py), float64 BatchNorm, TaLK's reference.
+Example counts are set per test (``FUZZ``) so the suite stays within CI's budget.
+"""
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mrconvnext.layers import MRConv1d
+from mrconvnext.ops import _native, long_conv, long_conv1d, talk1d, talk2d
+from mrconvnext.ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from tests.reference import shifted_sum_conv
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+FUZZ_SLOW = settings(FUZZ, max_examples=25)
+HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
+HAVE_NATIVE_TALK = _native.load_talk_cpu() is not None
+
+
+@contextlib.contextmanager
+def _engine(name):
+    """Run the CPU FFT path on the fused native kernels or on torch.fft chunks."""
+    saved = long_conv._fused_kernels
+    if name == 'torch':
+        long_conv._fused_kernels = lambda x: None
+    try:
+        yield
+    finally:
+        long_conv._fused_kernels = saved
+
+
+def _layout(x, layout):
+    if layout == 'channels_last':
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == 'strided':  # every other position of a longer sequence
+        wide = torch.zeros(*x.shape[:2], 2 * x.shape[2], dtype=x.dtype)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x
+
+
+@FUZZ
+@given(
+    B=st.integers(1, 3),
+    C=st.integers(1, 4),
+    L=st.integers(1, 40),
+    K_extra=st.integers(0, 90),
+    lag_frac=st.floats(0, 1),
+    N=st.sampled_from([None, 1, 3]),
+    backend=st.sampled_from(['fft', 'direct', 'auto']),
+    engine=st.sampled_from(['fused', 'torch']),
+    layout=st.sampled_from(['contiguous', 'channels_last', 'strided']),
+    with_bias=st.booleans(),
+    grad=st.booleans(),
+)
+def test_long_conv1d(B, C, L, K_extra, lag_frac, N, backend, engine, layout, with_bias, grad):
+    K = 1 + K_extra  # up to K > 2L
+    zero_lag = min(K - 1, int(lag_frac * K))
+    x = _layout(torch.randn(B, C, L, dtype=torch.float64), layout).requires_grad_(grad)
+    k = torch.randn(*((N,) if N else ()), C, K, dtype=torch.float64).requires_grad_(grad)
+    bias = torch.randn(C, dtype=torch.float64) if with_bias else None
+    with _engine(engine), torch.set_grad_enabled(grad):
+        y = long_conv1d(x, k, bias, zero_lag=zero_lag, backend=backend)
+    kk = k if N else k.unsqueeze(0)
+    ref = torch.stack([shifted_sum_conv(x, kk[i], zero_lag) for i in range(kk.shape[0])], 1)
+    if bias is not None:
+        ref = ref + bias[:, None]
+    ref = ref if N else ref.squeeze(1)
+    torch.testing.assert_close(y, ref, rtol=1e-9, atol=1e-9)
+    if grad:
+        g = torch.randn_like(ref)
+        got = torch.autograd.grad(y, (x, k), g)
+        want = torch.autograd.grad(ref, (x, k), g)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.skipif(not HAVE_FUSED, reason='fused CPU extension unavailable (no MKL/compiler)')
+@FUZZ
+@given(
+    B=st.integers(1, 3),
+    C=st.integers(1, 4),
+    L=st.integers(2, 48),
+    N=st.integers(1, 3),
+    K=st.integers(1, 8),
+    mean=st.sampled_from([0.0, 100.0, -1000.0, 1000.0]),
+    spread=st.sampled_from([1e-2, 1.0, 10.0]),
+    layout=st.sampled_from(['contiguous', 'channels_last']),
+)
+def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, spread, layout):
+    x = _layout((torch.randn(B, C, L, dtype=torch.float64) * spread + mean).float(), layout).requires_grad_()
+    k = torch.randn(N, C, K, dtype=torch.float64) / K**0.5
+    w, b, a = 1 + 0.3 * torch.randn(N, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64), torch.rand(N, C)
+    zero_lag = K // 2
+    y, m, v = branch_conv_bn_sum(x, k.float(), zero_lag, w.float(), b.float(), a.float())
+    xr = x.detach().double().requires_grad_()
+    z = torch.stack([shifted_sum_conv(xr, k[i], zero_lag) for i in range(N)], 1)  # (B, N, C, L)
+    zn = F.batch_norm(z.reshape(B, N * C, L), None, None, w.reshape(-1), b.reshape(-1), True, 0.0, 1e-5)
+    ry = (zn.view(B, N, C, L) * a.double().unsqueeze(-1)).sum(1)
+    # |y| is O(1) per branch; the bound is absolute, scaled by the branches' weights. At a tiny spread the
+    # input's own float32 rounding (ulp(1000) = 6e-5 against a spread of 1e-2) is amplified by 1/spread and
+    # no float32 computation can do better: the bound follows it.
+    rounding = 6.2e-8 * abs(mean) / spread
+    tol = (1e-4 + 20 * rounding) * float(a.abs().sum(0).max()) * max(1.0, float(w.abs().max()))
+    torch.testing.assert_close(y.double(), ry, rtol=0, atol=tol)
+    zd = z.detach()
+    torch.testing.assert_close(m.double(), zd.mean((0, 3)), rtol=1e-5, atol=1e-5 * spread)
+    torch.testing.assert_close(v.double(), zd.var((0, 3), unbiased=False), rtol=1e-3 + 40 * rounding, atol=1e-9)
+    g = torch.randn_like(ry)
+    (gx,) = torch.autograd.grad(y, x, g.float())
+    (rgx,) = torch.autograd.grad(ry, xr, g)
+    torch.testing.assert_close(gx.double(), rgx, rtol=0, atol=tol * max(1.0, float(rgx.abs().max())))
+
+
+@FUZZ_SLOW
+@given(
+    C=st.integers(1, 3),
+    seq_len=st.integers(2, 40),
+    causal=st.booleans(),
+    lengths=st.lists(st.integers(1, 90), min_size=2, max_size=6),
+    backend=st.sampled_from(['fft', 'auto']),
+)
+def test_deployed_layer_on_a_sequence_of_lengths(C, seq_len, causal, lengths, backend):
+    m = MRConv1d(C, seq_len, causal=causal, max_branches=2, kernel_type='dense', backend=backend).double().eval()
+    m.reparameterize()
+    with torch.no_grad():
+        m.kernel.normal_()
+        m.bias.normal_()
+        for L in lengths:
+            x = torch.randn(2, C, L, dtype=torch.float64)
+            ref = shifted_sum_conv(x, m.kernel, m.zero_lag) + m.bias[:, None]
+            torch.testing.assert_close(m(x), ref, rtol=1e-9, atol=1e-9)
+
+
+_SPECIAL = st.sampled_from([0.0, 1.0, 0.5, float('nan'), None, None, None])  # None: a uniform draw
+
+
+def _offsets(shape, specials):
+    off = torch.rand(shape, dtype=torch.float64)
+    flat = off.view(-1)
+    for i, v in enumerate(specials[: flat.numel()]):
+        if v is not None:
+            flat[(i * 7919) % flat.numel()] = v
+    return off
+
+
+@FUZZ
+@given(
+    B=st.integers(1, 2),
+    heads=st.integers(1, 3),
+    per_head=st.integers(1, 3),
+    L=st.integers(1, 30),
+    max_left=st.integers(0, 40),
+    max_right=st.integers(0, 40),
+    specials=st.lists(_SPECIAL, max_size=8),
+    backend=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
+)
+def test_talk1d_backends(B, heads, per_head, L, max_left, max_right, specials, backend, dtype):
+    x = torch.randn(B, heads * per_head, L, dtype=dtype)
+    off = _offsets((B, heads, L, 2), specials)
+    y = talk1d(x, off.to(dtype), max_left, max_right, backend=backend)
+    ref = talk1d(x.double(), off, max_left, max_right, backend='reference')
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    ok = ~torch.isnan(ref)
+    torch.testing.assert_close(y.double()[ok], ref[ok], rtol=tol, atol=tol)
+
+
+@FUZZ_SLOW
+@given(
+    heads=st.integers(1, 2),
+    per_head=st.integers(1, 2),
+    H=st.integers(1, 9),
+    W=st.integers(1, 9),
+    maxes=st.tuples(*[st.integers(0, 10)] * 4),
+    specials=st.lists(_SPECIAL, max_size=8),
+    backend=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
+)
+def test_talk2d_backends(heads, per_head, H, W, maxes, specials, backend):
+    x = torch.randn(2, heads * per_head, H, W, dtype=torch.float64)
+    off = _offsets((2, heads, H, W, 4), specials)
+    y = talk2d(x, off, *maxes, backend=backend)
+    ref = talk2d(x, off, *maxes, backend='reference')
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    ok = ~torch.isnan(ref)
+    torch.testing.assert_close(y[ok], ref[ok], rtol=1e-10, atol=1e-10)
