@@ -132,6 +132,10 @@ class MixerConvNeXt(ConvNeXt):
 
     # --- input validation on top of timm's forward paths
     def _check_input(self, x: torch.Tensor) -> None:
+        if torch.compiler.is_compiling():  # runtime asserts instead of Python errors, which would break the graph
+            torch._check(x.shape[-2] >= self.stride)
+            torch._check(x.shape[-1] >= self.stride)
+            return
         if not isinstance(x, torch.Tensor):
             raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
         if not x.is_floating_point():

@@ -250,3 +250,17 @@ def talk_native(device: torch.device) -> ModuleType | None:
 def native_error(name: str) -> str | None:
     """Why the automatic build of extension ``name`` failed, if it did."""
     return _errors.get(name)
+
+
+# Availability as constants for torch.compile: built (or not) once per process, so the compiler may take the answer
+# at trace time instead of tracing the loader (its lock and import machinery cannot be traced).
+@torch.compiler.assume_constant_result
+def fftconv_cpu_available() -> bool:
+    """Whether the fused FFT convolution CPU extension is usable (builds it on first call)."""
+    return load_fftconv_cpu() is not None
+
+
+@torch.compiler.assume_constant_result
+def talk_native_available(device_type: str) -> bool:
+    """Whether native TaLK kernels are usable for tensors on ``device_type`` (builds them on first call)."""
+    return talk_native(torch.device(device_type)) is not None

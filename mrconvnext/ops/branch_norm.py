@@ -34,61 +34,132 @@ def branch_conv_bn_sum_supported(x: torch.Tensor) -> bool:
     kernels build (builds them on first call)."""
     if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64):
         return False
-    return _native.load_fftconv_cpu() is not None
+    return _native.fftconv_cpu_available()
 
 
-class _ConvBNSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, k_circ, ones, weight, bias, alpha, n: int, eps: float, fused):
-        B, C, L = x.shape
-        N = k_circ.shape[0]
-        rows = _fused_rows(n)
-        k_f = torch.fft.rfft(k_circ).contiguous()
-        z = x.new_empty((B, N, C, L))
-        # (N, C, 2) float64 [mean, biased var]; each row of x centred before its transforms (see ones_response)
-        stats = fused.fft_conv_forward(x, k_f, n, None, z, rows, True, ones)
-        mean, var = stats[..., 0].contiguous(), stats[..., 1]
-        invstd = (var + eps).rsqrt()
-        w, b, a = weight.double(), bias.double(), alpha.double()
-        # y = sum_i scale_i * (z_i - center_i) + shift, centred on the mean rounded to x's dtype: z_i - center_i
-        # is then (nearly) exact where scale_i * z_i + const would cancel for a large mean.
-        center = mean.to(x.dtype)
-        scale = a * w * invstd
-        shift = (a * (b - w * invstd * (mean - center.double()))).sum(0)
-        y = torch.empty_like(x)  # laid out like x: a channels-last map stays channels-last
-        fused.branch_combine(z, scale.to(x.dtype).contiguous(), center, shift.to(x.dtype).contiguous(), y, rows)
-        ctx.save_for_backward(x, k_f, z, mean, invstd, weight, bias, alpha)
-        ctx.n, ctx.fused = n, fused
-        mean_out, var_out = mean.to(x.dtype), var.to(x.dtype)
-        ctx.mark_non_differentiable(mean_out, var_out)
-        return y, mean_out, var_out
+@torch.library.custom_op('mrconvnext::branch_conv_bn_sum', mutates_args=(), device_types='cpu')
+def _conv_bn_sum(
+    x: torch.Tensor,
+    k_circ: torch.Tensor,
+    ones: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    n: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Operator form of :func:`branch_conv_bn_sum` on circular kernels ``k_circ (N, C, n)`` and their responses to a
+    constant ``ones (N, C, L)`` (see :func:`ones_response`). Returns ``(y, stats, z, k_f)``: ``y`` laid out like x,
+    ``stats (N, C, 2)`` float64 [mean, biased var], and for the backward the branch outputs ``z (B, N, C, L)`` and
+    the kernel spectra ``k_f``. CPU only (the fused kernels)."""
+    fused = _native.load_fftconv_cpu()
+    B, C, L = x.shape
+    N = k_circ.shape[0]
+    rows = _fused_rows(n)
+    k_f = torch.fft.rfft(k_circ).contiguous()
+    z = x.new_empty((B, N, C, L))
+    # each row of x centred before its transforms (see ones_response)
+    stats = fused.fft_conv_forward(x, k_f, n, None, z, rows, True, ones)
+    mean, invstd = stats[..., 0].contiguous(), (stats[..., 1] + eps).rsqrt()
+    w, b, a = weight.double(), bias.double(), alpha.double()
+    # y = sum_i scale_i * (z_i - center_i) + shift, centred on the mean rounded to x's dtype: z_i - center_i
+    # is then (nearly) exact where scale_i * z_i + const would cancel for a large mean.
+    center = mean.to(x.dtype)
+    scale = a * w * invstd
+    shift = (a * (b - w * invstd * (mean - center.double()))).sum(0)
+    y = torch.empty_like(x)  # laid out like x: a channels-last map stays channels-last
+    fused.branch_combine(z, scale.to(x.dtype).contiguous(), center, shift.to(x.dtype).contiguous(), y, rows)
+    return y, stats, z, k_f
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g, _grad_mean, _grad_var):
-        x, k_f, z, mean, invstd, weight, bias, alpha = ctx.saved_tensors
-        n, fused = ctx.n, ctx.fused
-        B, C, L = x.shape
-        M = B * L
-        rows = _fused_rows(n)
-        sums = fused.branch_grad_stats(g, z, mean, _STATS_ROWS)  # (N + 1, C) float64
-        s_g = sums[0]
-        p = invstd * sums[1:]  # sum over (b, t) of g * z_hat_i
-        w, b, a = weight.double(), bias.double(), alpha.double()
-        scale = a * w * invstd
-        # BatchNorm backward, dz_i = scale_i * (g - mean(g) - z_hat_i * mean(g * z_hat_i)), written as
-        # coef0 g + coef1 (z_i - center_i) + coef2 with the centre the mean in x's dtype (see the forward)
-        center = mean.to(x.dtype)
-        c1 = -scale * invstd * p / M
-        c2 = -scale * s_g / M + c1 * (center.double() - mean)
-        coef = torch.stack([scale, c1, c2, center.double()]).to(x.dtype)
-        need_x, need_k, _, need_w, need_b, need_a = ctx.needs_input_grad[:6]
-        grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g, need_x, need_k, rows, z, coef)
-        grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else None
-        grad_w = (a * p).to(weight.dtype) if need_w else None
-        grad_b = (a * s_g).to(bias.dtype) if need_b else None
-        grad_a = (w * p + b * s_g).to(alpha.dtype) if need_a else None
-        return grad_x, grad_k, None, grad_w, grad_b, grad_a, None, None, None
+
+@_conv_bn_sum.register_fake
+def _(x, k_circ, ones, weight, bias, alpha, n, eps):
+    B, C, L = x.shape
+    N = k_circ.shape[0]
+    stats = x.new_empty((N, C, 2), dtype=torch.float64)
+    k_f = k_circ.new_empty((N, C, n // 2 + 1), dtype=k_circ.dtype.to_complex())
+    return torch.empty_like(x), stats, x.new_empty((B, N, C, L)), k_f
+
+
+@torch.library.custom_op('mrconvnext::branch_conv_bn_sum_backward', mutates_args=(), device_types='cpu')
+def _conv_bn_sum_backward(
+    g: torch.Tensor,
+    x: torch.Tensor,
+    k_f: torch.Tensor,
+    z: torch.Tensor,
+    stats: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    n: int,
+    eps: float,
+    need_x: bool,
+    need_k: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_k_circ, grad_weight, grad_bias, grad_alpha)`` of :func:`_conv_bn_sum` (``grad_x`` / ``grad_k``
+    empty when not needed); the BatchNorm backward is folded into the FFT backward's gather."""
+    fused = _native.load_fftconv_cpu()
+    B, C, L = x.shape
+    M = B * L
+    mean, invstd = stats[..., 0].contiguous(), (stats[..., 1] + eps).rsqrt()
+    sums = fused.branch_grad_stats(g, z, mean, _STATS_ROWS)  # (N + 1, C) float64
+    s_g = sums[0]
+    p = invstd * sums[1:]  # sum over (b, t) of g * z_hat_i
+    w, b, a = weight.double(), bias.double(), alpha.double()
+    scale = a * w * invstd
+    # BatchNorm backward, dz_i = scale_i * (g - mean(g) - z_hat_i * mean(g * z_hat_i)), written as
+    # coef0 g + coef1 (z_i - center_i) + coef2 with the centre the mean in x's dtype (see the forward)
+    center = mean.to(x.dtype)
+    c1 = -scale * invstd * p / M
+    c2 = -scale * s_g / M + c1 * (center.double() - mean)
+    coef = torch.stack([scale, c1, c2, center.double()]).to(x.dtype)
+    grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g.contiguous(), need_x, need_k, _fused_rows(n), z, coef)
+    grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else x.new_empty(0)
+    return (
+        grad_x if need_x else x.new_empty(0),
+        grad_k,
+        (a * p).to(weight.dtype),
+        (a * s_g).to(bias.dtype),
+        (w * p + b * s_g).to(alpha.dtype),
+    )
+
+
+@_conv_bn_sum_backward.register_fake
+def _(g, x, k_f, z, stats, weight, bias, alpha, n, eps, need_x, need_k):
+    N, C = k_f.shape[:2]
+    return (
+        torch.empty_like(x) if need_x else x.new_empty(0),
+        x.new_empty((N, C, n)) if need_k else x.new_empty(0),
+        torch.empty_like(weight),
+        torch.empty_like(bias),
+        torch.empty_like(alpha),
+    )
+
+
+def _setup(ctx, inputs, output):
+    x, _k_circ, _ones, weight, bias, alpha, n, eps = inputs
+    _y, stats, z, k_f = output
+    ctx.save_for_backward(x, k_f, z, stats, weight, bias, alpha)
+    ctx.n, ctx.eps = n, eps
+
+
+def _backward(ctx, g, _grad_stats, _grad_z, _grad_k_f):
+    x, k_f, z, stats, weight, bias, alpha = ctx.saved_tensors
+    need_x, need_k, _, need_w, need_b, need_a = ctx.needs_input_grad[:6]
+    gx, gk, gw, gb, ga = _conv_bn_sum_backward(g, x, k_f, z, stats, weight, bias, alpha, ctx.n, ctx.eps, need_x, need_k)
+    return (
+        gx if need_x else None,
+        gk if need_k else None,
+        None,
+        gw if need_w else None,
+        gb if need_b else None,
+        ga if need_a else None,
+        None,
+        None,
+    )
+
+
+_conv_bn_sum.register_autograd(_backward, setup_context=_setup)
 
 
 def branch_conv_bn_sum(
@@ -130,7 +201,8 @@ def branch_conv_bn_sum(
     kernels = kernels.to(x.dtype)
     k_circ = circular_kernel(kernels, zero_lag, n)
     ones = ones_response(kernels.detach(), zero_lag, L).to(x.dtype)
-    return _ConvBNSum.apply(x, k_circ, ones, weight, bias, alpha, n, eps, _native.load_fftconv_cpu())
+    y, stats, _, _ = _conv_bn_sum(x, k_circ, ones, weight, bias, alpha, n, float(eps))
+    return y, stats[..., 0].to(x.dtype).detach(), stats[..., 1].to(x.dtype).detach()  # statistics: no gradient
 
 
 def ones_response(kernels: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:

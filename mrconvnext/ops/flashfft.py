@@ -37,6 +37,7 @@ def _import():
     return _module
 
 
+@torch.compiler.assume_constant_result  # fixed per process; the compiler takes the answer instead of the import
 def available() -> bool:
     """Whether ``flashfftconv`` is importable."""
     return _import() is not None

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _native, flashfft
+from ._autocast import autocast_off
 from ._warnings import warn_once
 
 __all__ = [
@@ -143,7 +144,8 @@ def fft_length(length: int, taps: int, zero_lag: int) -> int:
 
     Past lags need ``n >= length + (taps - 1 - zero_lag)``, future lags ``n >= length + zero_lag``.
     """
-    return fft_size(length + max(taps - 1 - zero_lag, zero_lag))
+    size = fft_size.__wrapped__ if torch.compiler.is_compiling() else fft_size  # dynamo traces, not caches
+    return size(length + max(taps - 1 - zero_lag, zero_lag))
 
 
 def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
@@ -215,81 +217,123 @@ def _conv_chunks(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, 
                 torch.add(y, bias[cs, None], out=out[bs, i, cs])
 
 
-class _FFTConv(torch.autograd.Function):
-    """``crop_L(circular_conv_n(x, k_i))`` for ``x (B, C, L)`` and circular kernels ``k (N, C, n)``; returns a
-    contiguous ``(B, N, C, L)``. Saves only ``x`` and the kernel spectra.
-
-    Forward and backward both run in cache-sized chunks (see :func:`_chunks`) with a hand-written backward;
-    autograd through ``rfft * k -> irfft -> crop`` would materialize two ``(B, N, C, F)`` complex products
-    and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again. With ``G_i = rfft(grad_y_i, n)``
-    and ``X = rfft(x, n)`` (real sequences, so these circular identities are exact):
-
-    - ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))``  (correlation of the gradient with each kernel)
-    - ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``        (correlation of the gradient with the input)
-
-    ``X`` is recomputed chunk by chunk in the backward rather than stored: one extra input transform for
-    half the saved memory of a complex spectrum. float32 / float64 on the CPU run both directions in the fused
-    native kernel where it builds (see :func:`_conv_chunks`).
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, k_circ: torch.Tensor, n: int) -> torch.Tensor:
-        B, C, L = x.shape
-        k_f = torch.fft.rfft(k_circ)
-        out = x.new_empty((B, k_f.shape[0], C, L))
-        _conv_chunks(x, k_f, n, out, None)
-        ctx.save_for_backward(x, k_f)
-        ctx.n = n
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y: torch.Tensor):
-        x, k_f = ctx.saved_tensors
-        n = ctx.n
-        B, C, L = x.shape
-        N = k_f.shape[0]
-        need_x, need_k = ctx.needs_input_grad[:2]
-        if (fused := _fused_kernels(x)) is not None:
-            grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, grad_y, need_x, need_k, _fused_rows(n))
-            return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None, None
-        grad_x = x.new_empty((B, C, L)) if need_x else None
-        grad_k_f = torch.zeros_like(k_f) if need_k else None
-        k_conj = k_f.conj().resolve_conj()
-        for bs, cs in _chunks(x, n):
-            x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_() if need_k else None
-            acc = None
-            for i in range(N):
-                g_f = torch.fft.rfft(grad_y[bs, i, cs], n=n)  # (nb, cc, F)
-                if need_k:
-                    grad_k_f[i, cs] += (g_f * x_conj).sum(0)
-                if need_x:
-                    acc = g_f.mul_(k_conj[i, cs]) if acc is None else acc.addcmul_(g_f, k_conj[i, cs])
-            if need_x:
-                grad_x[bs, cs] = torch.fft.irfft(acc, n=n)[..., :L]
-        grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else None
-        return grad_x, grad_k, None
-
-
-def _fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
-    """Differentiable FFT path for ``kernel (C, K)`` or ``(N, C, K)`` (see :class:`_FFTConv`)."""
-    k_circ = circular_kernel(kernel, zero_lag, n)
-    y = _FFTConv.apply(x, k_circ if kernel.dim() == 3 else k_circ.unsqueeze(0), n)
-    return y if kernel.dim() == 3 else y.squeeze(1)
-
-
-@torch.no_grad()
-def _fft_conv_chunked(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
-    """Inference path: the forward of :class:`_FFTConv` with the bias fused. A single kernel's output keeps the
-    input's layout (a channels-last map stays channels-last, so the next LayerNorm needs no copy)."""
+def _conv_backward(
+    grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of ``crop_L(circular_conv_n(x, k_i))`` (see :func:`fft_conv_backward`), chunk by chunk with torch.fft,
+    or in the fused native kernel for float32 / float64 CPU tensors where it builds."""
+    if (fused := _fused_kernels(x)) is not None:
+        grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, grad_y, need_x, need_k, _fused_rows(n))
+        return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
     B, C, L = x.shape
-    if k_f.dim() == 3:
-        out = x.new_empty((B, k_f.shape[0], C, L))
-        _conv_chunks(x, k_f, n, out, bias)
-        return out
-    out = torch.empty_like(x)
-    _conv_chunks(x, k_f.unsqueeze(0), n, out.unsqueeze(1), bias)
-    return out
+    N = k_f.shape[0]
+    grad_x = torch.empty_like(x) if need_x else None
+    grad_k_f = torch.zeros_like(k_f) if need_k else None
+    k_conj = k_f.conj().resolve_conj()
+    for bs, cs in _chunks(x, n):
+        x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_() if need_k else None
+        acc = None
+        for i in range(N):
+            g_f = torch.fft.rfft(grad_y[bs, i, cs], n=n)  # (nb, cc, F)
+            if need_k:
+                grad_k_f[i, cs] += (g_f * x_conj).sum(0)
+            if need_x:
+                acc = g_f.mul_(k_conj[i, cs]) if acc is None else acc.addcmul_(g_f, k_conj[i, cs])
+        if need_x:
+            grad_x[bs, cs] = torch.fft.irfft(acc, n=n)[..., :L]
+    return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
+
+
+# ------------------------------------------------------------------------------------------------- operators
+# The FFT path as PyTorch operators (torch.library): fake implementations give shapes and strides, so
+# torch.compile, torch.export and the meta device see through them; autograd is registered on the operator.
+
+
+def _new_out(x: torch.Tensor, N: int) -> torch.Tensor:
+    """``(B, N, C, L)`` output; a single kernel's output is laid out like ``x`` (a channels-last map stays
+    channels-last, so the next LayerNorm needs no copy)."""
+    B, C, L = x.shape
+    return torch.empty_like(x).unsqueeze(1) if N == 1 else x.new_empty((B, N, C, L))
+
+
+def _empty(t: torch.Tensor) -> torch.Tensor:
+    return t.new_empty(0)
+
+
+@torch.library.custom_op('mrconvnext::fft_conv', mutates_args=())
+def fft_conv(
+    x: torch.Tensor, k_circ: torch.Tensor, n: int, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y (B, N, C, L) = crop_L(irfft(rfft(x, n) * rfft(k_circ)))`` (+ ``bias (C,)``) for ``x (B, C, L)`` and
+    circular kernels ``k_circ (N, C, n)`` of x's dtype (see :func:`circular_kernel`); returns ``(y, k_f)``, ``k_f``
+    the kernels' spectra ``(N, C, n // 2 + 1)`` (kept for the backward). ``y`` with ``N = 1`` is laid out like x.
+
+    Kernels: the fused native CPU kernels for float32 / float64 where they build, else torch.fft in cache-sized
+    chunks (every device). Differentiable in ``x``, ``k_circ`` and ``bias`` (:func:`fft_conv_backward`).
+    """
+    k_f = torch.fft.rfft(k_circ).contiguous()
+    y = _new_out(x, k_f.shape[0])
+    _conv_chunks(x, k_f, n, y, bias)
+    return y, k_f
+
+
+@fft_conv.register_fake
+def _(x, k_circ, n, bias=None):
+    N, C = k_circ.shape[:2]
+    return _new_out(x, N), k_circ.new_empty((N, C, n // 2 + 1), dtype=k_circ.dtype.to_complex())
+
+
+@torch.library.custom_op('mrconvnext::fft_conv_spectrum', mutates_args=())
+def fft_conv_spectrum(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`fft_conv` from precomputed kernel spectra ``k_f (N, C, n // 2 + 1)`` (a deployed layer's cache);
+    inference only: not differentiable."""
+    y = _new_out(x, k_f.shape[0])
+    _conv_chunks(x, k_f.contiguous(), n, y, bias)
+    return y
+
+
+@fft_conv_spectrum.register_fake
+def _(x, k_f, n, bias=None):
+    return _new_out(x, k_f.shape[0])
+
+
+@torch.library.custom_op('mrconvnext::fft_conv_backward', mutates_args=())
+def fft_conv_backward(
+    grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_k_circ)`` of :func:`fft_conv` (an empty tensor for one not needed).
+
+    With ``G_i = rfft(grad_y_i, n)`` and ``X = rfft(x, n)`` (real sequences, so these circular identities are exact):
+    ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))`` and ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``. Chunk by
+    chunk, ``X`` recomputed rather than saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two
+    ``(B, N, C, F)`` complex products and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
+    """
+    grad_x, grad_k = _conv_backward(grad_y, x, k_f, n, need_x, need_k)
+    return (_empty(x) if grad_x is None else grad_x), (_empty(x) if grad_k is None else grad_k)
+
+
+@fft_conv_backward.register_fake
+def _(grad_y, x, k_f, n, need_x, need_k):
+    N, C = k_f.shape[:2]
+    return (torch.empty_like(x) if need_x else _empty(x)), (x.new_empty((N, C, n)) if need_k else _empty(x))
+
+
+def _fft_conv_setup(ctx, inputs, output):
+    x, k_circ, n, bias = inputs
+    ctx.save_for_backward(x, output[1])
+    ctx.n = n
+
+
+def _fft_conv_grad(ctx, grad_y, _grad_k_f):
+    x, k_f = ctx.saved_tensors
+    need = ctx.needs_input_grad  # one entry per argument given (no bias entry when the default None is used)
+    need_x, need_k, need_b = need[0], need[1], len(need) > 3 and need[3]
+    grad_x, grad_k = fft_conv_backward(grad_y, x, k_f, ctx.n, need_x, need_k)
+    grad_b = grad_y.sum((0, 1, 3)) if need_b else None
+    return (grad_x if need_x else None), (grad_k if need_k else None), None, grad_b
+
+
+fft_conv.register_autograd(_fft_conv_grad, setup_context=_fft_conv_setup)
 
 
 def _direct_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -359,20 +403,26 @@ def long_conv1d(
     needs_grad = torch.is_grad_enabled() and (
         x.requires_grad or kernel.requires_grad or (bias is not None and bias.requires_grad)
     )
-    with torch.autocast(x.device.type, enabled=False):
-        xc = x.to(compute)
-        if backend == 'direct':
+    # Inputs are cast to the compute dtype here; the FFT operators compute in the dtype they are given, and the
+    # direct path's conv1d runs with autocast off (autocast would cast it back to half).
+    xc = x.to(compute)
+    b = None if bias is None else bias.to(compute)
+    if backend == 'direct':
+        with autocast_off(x.device.type):
             y = _direct_conv(xc, kernel.to(compute), zero_lag)
-        elif needs_grad:
-            n = fft_length(L, kernel.shape[-1], zero_lag)
-            y = _fft_conv(xc, kernel.to(compute), zero_lag, n)
-        else:
-            k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
-            b = None if bias is None else bias.to(compute)
-            return _fft_conv_chunked(xc, k_f, n, b).to(out_dtype)
-    if bias is not None:
-        y = y + bias.to(y.dtype).unsqueeze(-1)
-    return y.to(out_dtype)
+        if b is not None:
+            y = y + b.unsqueeze(-1)
+        return y.to(out_dtype)
+    stacked = kernel.dim() == 3
+    cached = not needs_grad and spectrum_cache is not None and not torch.compiler.is_compiling()
+    if cached:
+        k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
+        y = fft_conv_spectrum(xc, k_f if stacked else k_f.unsqueeze(0), n, b)
+    else:
+        n = fft_length(L, kernel.shape[-1], zero_lag)
+        k_circ = circular_kernel(kernel.to(compute), zero_lag, n)
+        y = fft_conv(xc, k_circ if stacked else k_circ.unsqueeze(0), n, b)[0]
+    return (y if stacked else y.squeeze(1)).to(out_dtype)
 
 
 # Spectra kept per deployed layer: one per input size in use (a detection backbone alternates a few).
@@ -380,7 +430,7 @@ _SPECTRUM_CACHE_SIZE = 8
 
 
 def _cached_spectrum(
-    cache: dict | None, full_kernel: torch.Tensor, kernel: torch.Tensor, zero_lag: int, length: int, dtype
+    cache: dict, full_kernel: torch.Tensor, kernel: torch.Tensor, zero_lag: int, length: int, dtype
 ) -> tuple[torch.Tensor, int]:
     """The spectrum of ``kernel`` (``full_kernel`` cropped to ``length``) for an input of ``length``, from ``cache``.
 
@@ -389,8 +439,6 @@ def _cached_spectrum(
     entry; otherwise up to :data:`_SPECTRUM_CACHE_SIZE` lengths are kept (oldest dropped first).
     """
     n = fft_length(length, kernel.shape[-1], zero_lag)
-    if cache is None or torch.compiler.is_compiling():
-        return _spectrum(kernel.to(dtype), zero_lag, n), n
     kernel_key = (full_kernel.data_ptr(), full_kernel._version, tuple(full_kernel.shape), full_kernel.device)
     if cache.get('kernel') != kernel_key:
         cache.clear()

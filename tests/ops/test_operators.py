@@ -1,0 +1,57 @@
+"""The custom operators (torch.library) behind the ops: opcheck (schema, fake tensors, autograd registration, AOT
+dispatch) on fresh random float64 inputs, channels-last layouts and optional arguments included, and the meta device.
+Their values are tested against the references in test_long_conv.py / test_branch_norm.py."""
+
+import pytest
+import torch
+
+from mrconvnext.ops import long_conv1d
+from mrconvnext.ops.branch_norm import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
+from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward, fft_conv_spectrum
+
+HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
+
+
+def _x(layout, B=2, C=3, L=10):
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    return x.transpose(1, 2).contiguous().transpose(1, 2) if layout == 'channels_last' else x
+
+
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('N', [1, 3])
+@pytest.mark.parametrize('with_bias', [False, True])
+def test_opcheck_fft_conv(layout, N, with_bias):
+    n = 24
+    x = _x(layout).requires_grad_()
+    k = torch.randn(N, 3, n, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64, requires_grad=True) if with_bias else None
+    torch.library.opcheck(fft_conv, (x, k, n, b))
+    k_f = torch.fft.rfft(k.detach())
+    torch.library.opcheck(fft_conv_spectrum, (x.detach(), k_f, n, None if b is None else b.detach()))
+    g = torch.randn(2, N, 3, 10, dtype=torch.float64)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(fft_conv_backward, (g, x.detach(), k_f, n, *need))
+
+
+@pytest.mark.skipif(not HAVE_FUSED, reason='fused CPU extension unavailable (no MKL/compiler)')
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_opcheck_branch_conv_bn_sum(layout):
+    N, n = 2, 24
+    x = _x(layout).requires_grad_()
+    k = torch.randn(N, 3, n, dtype=torch.float64, requires_grad=True)
+    ones = torch.rand(N, 3, 10, dtype=torch.float64)
+    w, b, a = (torch.randn(N, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    torch.library.opcheck(_conv_bn_sum, (x, k, ones, w, b, a, n, 1e-5))
+    _, stats, z, k_f = _conv_bn_sum(x.detach(), k.detach(), ones, w.detach(), b.detach(), a.detach(), n, 1e-5)
+    g = torch.randn_like(x)
+    args = (g, x.detach(), k_f, z, stats, w.detach(), b.detach(), a.detach(), n, 1e-5)
+    for need in [(True, True), (False, True), (True, False)]:
+        torch.library.opcheck(_conv_bn_sum_backward, (*args, *need))
+
+
+@pytest.mark.parametrize('stacked', [False, True])
+def test_long_conv1d_on_the_meta_device(stacked):
+    x = torch.empty(2, 4, 50, device='meta')
+    k = torch.empty(*((3,) if stacked else ()), 4, 99, device='meta')
+    y = long_conv1d(x, k, torch.empty(4, device='meta'), zero_lag=49, backend='fft')
+    assert y.device.type == 'meta' and y.shape == ((2, 3, 4, 50) if stacked else (2, 4, 50))
