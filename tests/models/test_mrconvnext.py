@@ -109,3 +109,18 @@ def test_deployed_model_on_changing_sizes_equals_a_fresh_copy():
         y = model(x2)
         ref = fresh(x2)
     torch.testing.assert_close(y, ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize('deployed', [False, True])
+def test_meta_device_forward(deployed):
+    # as timm's tests do: shapes only, no data (the FFT operators have fake implementations)
+    with torch.device('meta'):
+        model = timm.create_model('mrconvnext_atto')
+    if deployed:
+        model.reparameterize()
+    x = torch.empty(2, 3, 64, 64, device='meta')
+    for train in (False, True):
+        model.train(train)
+        assert model.forward_features(x).shape == (2, 320, 2, 2)
+        feats = model.forward_intermediates(x, intermediates_only=True)
+        assert [f.shape[-1] for f in feats] == [16, 8, 4, 2] and all(f.device.type == 'meta' for f in feats)
