@@ -113,7 +113,8 @@ def _conv_bn_sum_backward(
     c1 = -scale * invstd * p / M
     c2 = -scale * s_g / M + c1 * (center.double() - mean)
     coef = torch.stack([scale, c1, c2, center.double()]).to(x.dtype)
-    grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g.contiguous(), need_x, need_k, _fused_rows(n), z, coef)
+    # g is read through its strides (a channels-last gradient needs no copy)
+    grad_x, grad_k_f = fused.fft_conv_backward(x, k_f, n, g, need_x, need_k, _fused_rows(n), z, coef)
     grad_k = torch.fft.irfft(grad_k_f, n=n) if need_k else x.new_empty(0)
     return (
         grad_x if need_x else x.new_empty(0),
