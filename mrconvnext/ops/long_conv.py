@@ -319,9 +319,8 @@ def _(grad_y, x, k_f, n, need_x, need_k):
 
 
 def _fft_conv_setup(ctx, inputs, output):
-    x, k_circ, n, bias = inputs
-    ctx.save_for_backward(x, output[1])
-    ctx.n = n
+    ctx.save_for_backward(inputs[0], output[1])  # x and the spectra; inputs holds only the arguments given
+    ctx.n = inputs[2]
 
 
 def _fft_conv_grad(ctx, grad_y, _grad_k_f):

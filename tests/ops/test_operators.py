@@ -25,7 +25,7 @@ def test_opcheck_fft_conv(layout, N, with_bias):
     x = _x(layout).requires_grad_()
     k = torch.randn(N, 3, n, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, requires_grad=True) if with_bias else None
-    torch.library.opcheck(fft_conv, (x, k, n, b))
+    torch.library.opcheck(fft_conv, (x, k, n, b) if with_bias else (x, k, n))  # bias given, or left at its default
     k_f = torch.fft.rfft(k.detach())
     torch.library.opcheck(fft_conv_spectrum, (x.detach(), k_f, n, None if b is None else b.detach()))
     g = torch.randn(2, N, 3, 10, dtype=torch.float64)
