@@ -39,7 +39,6 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._warnings import warn_once
@@ -377,7 +376,7 @@ def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
     return 'torch'
 
 
-def _kernels(device: torch.device, backend: Backend):
+def _kernels(device: torch.device, backend: str):
     resolved = talk_backend(device, backend)
     return _native.talk_native(device) if resolved == 'native' else _TORCH_KERNELS
 
@@ -388,53 +387,155 @@ def _is_channels_last_1d(x: torch.Tensor) -> bool:
     return not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
 
 
-class _TaLK1dFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, offsets, max_left, max_right, kernels):
-        off = offsets.detach().to(_acc_dtype(x.dtype))
-        if _is_channels_last_1d(x) and hasattr(kernels, 'talk1d_forward_cl'):
-            # the CPU kernel reads channels-last maps and strided offsets (e.g. a view of a channels-last
-            # projection) directly; the backward takes contiguous copies
-            xc = x.detach()
-            y = kernels.talk1d_forward_cl(xc.transpose(1, 2), off, max_left, max_right).transpose(1, 2)
-        else:
-            xc, off = x.detach().contiguous(), off.contiguous()
-            y = kernels.talk1d_forward(xc, off, max_left, max_right)
-        ctx.save_for_backward(xc, off)  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
-        ctx.kernels, ctx.maxes, ctx.off_dtype = kernels, (max_left, max_right), offsets.dtype
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        xc, off = ctx.saved_tensors
-        need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx, doff = ctx.kernels.talk1d_backward(
-            grad_y.contiguous(), xc.contiguous(), off.contiguous(), *ctx.maxes, need_dx, need_doff
-        )
-        if doff is not None:
-            doff = doff.to(ctx.off_dtype)
-        return dx, doff, None, None, None
+def _none_to_empty(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty(0) if t is None else t
 
 
-class _TaLK2dFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, offsets, maxes, kernels):
-        off = offsets.detach().to(_acc_dtype(x.dtype)).contiguous()
-        y, P = kernels.talk2d_forward(x.detach().contiguous(), off, *maxes)
-        ctx.save_for_backward(P, off)  # the integral image (accumulation dtype) and the offsets
-        ctx.kernels, ctx.maxes, ctx.off_dtype = kernels, maxes, offsets.dtype
-        return y
+# ------------------------------------------------------------------------------------------------- operators
+# torch.library operators: the kernel (native for the device where it builds, else the fused PyTorch one) is chosen
+# inside the operator, so torch.compile / torch.export see one opaque node with a fake implementation, and autograd
+# is registered on the operator. ``backend`` is 'auto', 'native' or 'torch'.
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_y):
-        P, off = ctx.saved_tensors
-        need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dx, doff = ctx.kernels.talk2d_backward(grad_y.contiguous(), P, off, *ctx.maxes, need_dx, need_doff)
-        if doff is not None:
-            doff = doff.to(ctx.off_dtype)
-        return dx, doff, None, None
+
+def _talk1d_out(x: torch.Tensor) -> torch.Tensor:
+    """The forward's output: laid out like ``x`` when x is a flattened channels-last map, else contiguous."""
+    return torch.empty_like(x) if _is_channels_last_1d(x) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op('mrconvnext::talk1d', mutates_args=())
+def talk1d_op(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, backend: str) -> torch.Tensor:
+    """TaLK 1-D forward (see :func:`talk1d`); ``offsets`` in any floating dtype, any strides."""
+    kernels = _kernels(x.device, backend)
+    off = offsets.to(_acc_dtype(x.dtype))
+    if _is_channels_last_1d(x):
+        if hasattr(kernels, 'talk1d_forward_cl'):
+            # the CPU kernel reads channels-last maps and strided offsets (e.g. a view of a channels-last projection)
+            return kernels.talk1d_forward_cl(x.transpose(1, 2), off, max_left, max_right).transpose(1, 2)
+        return _talk1d_out(x).copy_(kernels.talk1d_forward(x.contiguous(), off.contiguous(), max_left, max_right))
+    return kernels.talk1d_forward(x.contiguous(), off.contiguous(), max_left, max_right)
+
+
+@talk1d_op.register_fake
+def _(x, offsets, max_left, max_right, backend):
+    return _talk1d_out(x)
+
+
+@torch.library.custom_op('mrconvnext::talk1d_backward', mutates_args=())
+def talk1d_backward_op(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    max_left: int,
+    max_right: int,
+    backend: str,
+    need_dx: bool,
+    need_doff: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx (B, C, L) contiguous, doff in offsets' dtype)`` of :func:`talk1d_op`; an empty tensor for one not needed."""
+    kernels = _kernels(x.device, backend)
+    off = offsets.to(_acc_dtype(x.dtype)).contiguous()
+    dx, doff = kernels.talk1d_backward(
+        grad_y.to(x.dtype).contiguous(), x.contiguous(), off, max_left, max_right, need_dx, need_doff
+    )
+    return _none_to_empty(dx, x), _none_to_empty(None if doff is None else doff.to(offsets.dtype), offsets)
+
+
+@talk1d_backward_op.register_fake
+def _(grad_y, x, offsets, max_left, max_right, backend, need_dx, need_doff):
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else x.new_empty(0)
+    doff = torch.empty(offsets.shape, dtype=offsets.dtype, device=offsets.device) if need_doff else offsets.new_empty(0)
+    return dx, doff
+
+
+def _talk1d_setup(ctx, inputs, output):
+    x, offsets, max_left, max_right, backend = inputs
+    ctx.save_for_backward(x, offsets)  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
+    ctx.args = (max_left, max_right, backend)
+
+
+def _talk1d_grad(ctx, grad_y):
+    x, offsets = ctx.saved_tensors
+    need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, doff = talk1d_backward_op(grad_y, x, offsets, *ctx.args, need_dx, need_doff)
+    return (dx if need_dx else None), (doff if need_doff else None), None, None, None
+
+
+talk1d_op.register_autograd(_talk1d_grad, setup_context=_talk1d_setup)
+
+
+@torch.library.custom_op('mrconvnext::talk2d', mutates_args=())
+def talk2d_op(
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    max_left: int,
+    max_right: int,
+    max_top: int,
+    max_bottom: int,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TaLK 2-D forward (see :func:`talk2d`): ``(y (B, C, H, W) contiguous, P)``, ``P (B, C, H + 1, W + 1)`` the
+    integral image in the accumulation dtype (kept for the backward)."""
+    kernels = _kernels(x.device, backend)
+    off = offsets.to(_acc_dtype(x.dtype)).contiguous()
+    y, P = kernels.talk2d_forward(x.contiguous(), off, max_left, max_right, max_top, max_bottom)
+    return y, P  # a tuple: the native kernels return a list, which the operator's autograd would not wrap
+
+
+@talk2d_op.register_fake
+def _(x, offsets, max_left, max_right, max_top, max_bottom, backend):
+    B, C, H, W = x.shape
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return y, x.new_empty((B, C, H + 1, W + 1), dtype=_acc_dtype(x.dtype))
+
+
+@torch.library.custom_op('mrconvnext::talk2d_backward', mutates_args=())
+def talk2d_backward_op(
+    grad_y: torch.Tensor,
+    P: torch.Tensor,
+    offsets: torch.Tensor,
+    max_left: int,
+    max_right: int,
+    max_top: int,
+    max_bottom: int,
+    backend: str,
+    need_dx: bool,
+    need_doff: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx (B, C, H, W) contiguous, doff in offsets' dtype)`` of :func:`talk2d_op` from its integral image ``P``;
+    an empty tensor for one not needed."""
+    kernels = _kernels(P.device, backend)
+    off = offsets.to(P.dtype).contiguous()
+    maxes = (max_left, max_right, max_top, max_bottom)
+    dx, doff = kernels.talk2d_backward(grad_y.contiguous(), P, off, *maxes, need_dx, need_doff)
+    return _none_to_empty(dx, grad_y), _none_to_empty(None if doff is None else doff.to(offsets.dtype), offsets)
+
+
+@talk2d_backward_op.register_fake
+def _(grad_y, P, offsets, max_left, max_right, max_top, max_bottom, backend, need_dx, need_doff):
+    dx = torch.empty(grad_y.shape, dtype=grad_y.dtype, device=grad_y.device) if need_dx else grad_y.new_empty(0)
+    doff = torch.empty(offsets.shape, dtype=offsets.dtype, device=offsets.device) if need_doff else offsets.new_empty(0)
+    return dx, doff
+
+
+def _talk2d_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1], inputs[1])  # the integral image (accumulation dtype) and the offsets
+    ctx.args = inputs[2:]
+    ctx.x_dtype = inputs[0].dtype
+
+
+def _talk2d_grad(ctx, grad_y, _grad_P):
+    P, offsets = ctx.saved_tensors
+    need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, doff = talk2d_backward_op(grad_y.to(ctx.x_dtype), P, offsets, *ctx.args, need_dx, need_doff)
+    return (dx if need_dx else None), (doff if need_doff else None), None, None, None, None, None
+
+
+talk2d_op.register_autograd(_talk2d_grad, setup_context=_talk2d_setup)
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in TALK_BACKENDS:
+        raise ValueError(f'backend: expected one of {TALK_BACKENDS}, got {backend!r}')
 
 
 def talk1d(
@@ -450,9 +551,10 @@ def talk1d(
     """
     _check_inputs(x, offsets, 1)
     max_left, max_right = _check_max('max_left', max_left), _check_max('max_right', max_right)
+    _check_backend(backend)
     if backend == 'reference':
         return talk1d_reference(x, offsets, max_left, max_right)
-    return _TaLK1dFunction.apply(x, offsets, max_left, max_right, _kernels(x.device, backend))
+    return talk1d_op(x, offsets, max_left, max_right, backend)
 
 
 def talk2d(
@@ -475,9 +577,10 @@ def talk2d(
         _check_max('max_top', max_top),
         _check_max('max_bottom', max_bottom),
     )
+    _check_backend(backend)
     if backend == 'reference':
         return talk2d_reference(x, offsets, *maxes)
-    return _TaLK2dFunction.apply(x, offsets, maxes, _kernels(x.device, backend))
+    return talk2d_op(x, offsets, *maxes, backend)[0]
 
 
 def talk_offsets_dropout(offsets: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -1,0 +1,60 @@
+"""The package's operators written in standard PyTorch ops, for exporters that cannot call them (ONNX).
+
+:func:`decompositions` extends ``torch.export.default_decompositions()``; pass it to
+``ExportedProgram.run_decompositions`` and the program holds only ATen ops::
+
+    ep = torch.export.export(model.eval(), (x,)).run_decompositions(decompositions())
+    torch.onnx.export(ep, (x,), 'model.onnx', dynamo=True)
+
+Each entry computes what its operator computes (the specification implementations: TaLK as prefix sums + gathers,
+DynamicConv as K shifted multiply-adds, the FFT convolution as a direct one); they are tested against the operators.
+Training-only operators (backwards, the fused BatchNorm) have no entry: exported programs are inference graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .light_conv import dynamic_conv_decomposition
+from .long_conv import _direct_conv
+from .talk import talk1d_reference, talk2d_reference
+
+__all__ = ['decompositions']
+
+
+def _talk1d(x, offsets, max_left, max_right, backend):
+    return talk1d_reference(x, offsets, max_left, max_right)
+
+
+def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom, backend):
+    y = talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    P = F.pad(x.to(acc).cumsum(2).cumsum(3), (1, 0, 1, 0))  # the integral image the operator also returns
+    return y, P
+
+
+def _fft_conv(x, k_circ, n, bias=None):
+    # A direct convolution with the linear kernel read off the circle: lags -(L-1) .. L-1 sit at indices
+    # n-L+1 .. n-1, 0 .. L-1 (n leaves no wrap-around, and longer lags reach no output), so this is exact and
+    # needs no complex arithmetic, which ONNX lacks. The spectra output is the operator's, for completeness.
+    L = x.shape[-1]
+    k_lin = torch.cat([k_circ[..., n - L + 1 :], k_circ[..., :L]], dim=-1)
+    y = _direct_conv(x, k_lin, L - 1)
+    return (y if bias is None else y + bias[:, None]), torch.fft.rfft(k_circ)
+
+
+def _fft_conv_spectrum(x, k_f, n, bias=None):
+    return _fft_conv(x, torch.fft.irfft(k_f, n=n), n, bias)[0]
+
+
+def decompositions() -> dict:
+    """``torch.export.default_decompositions()`` plus one entry per inference operator of the package."""
+    ops = torch.ops.mrconvnext
+    table = torch.export.default_decompositions()
+    table[ops.talk1d.default] = _talk1d
+    table[ops.talk2d.default] = _talk2d
+    table[ops.dynamic_conv.default] = dynamic_conv_decomposition
+    table[ops.fft_conv.default] = _fft_conv
+    table[ops.fft_conv_spectrum.default] = _fft_conv_spectrum
+    return table
