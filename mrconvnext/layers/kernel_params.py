@@ -10,8 +10,6 @@ coefficients); :data:`KERNEL_PARAM_NAMES` lists them so training can give them t
 rate and no weight decay (paper App. D.1.1).
 """
 
-from __future__ import annotations
-
 import functools
 import math
 
@@ -33,7 +31,13 @@ KERNEL_PARAM_NAMES = ('weight', 'modes')
 
 
 class BranchKernel(nn.Module):
-    """Base class: a ``(C, P)`` kernel of a given reach, causal or bidirectional."""
+    """Base class: a ``(C, P)`` kernel of a given reach, causal or bidirectional.
+
+    Only the (Python) forward of :class:`~mrconvnext.layers.MRConv1d` calls these modules; TorchScript leaves them
+    uncompiled (forwards ignored, properties unused).
+    """
+
+    __jit_unused_properties__ = ['size', 'zero_lag']
 
     def __init__(self, dim: int, reach: int, causal: bool) -> None:
         super().__init__()
@@ -69,6 +73,7 @@ class DenseKernel(BranchKernel):
         super().__init__(dim, reach, causal)
         self.weight = nn.Parameter(torch.randn(dim, self.size) / math.sqrt(self.size))
 
+    @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return self.weight
 
@@ -90,6 +95,7 @@ class DilatedKernel(BranchKernel):
         self.register_buffer('index', (j * dilation + self.zero_lag).unsqueeze(0), persistent=False)
         self.weight = nn.Parameter(torch.randn(dim, j.numel()) / math.sqrt(j.numel()))
 
+    @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return _place(self.weight, self.index, self.size)
 
@@ -144,6 +150,7 @@ class FourierKernel(BranchKernel):
         self.num_modes = min(num_modes, self.size // 2 + 1)
         self.modes = nn.Parameter(torch.randn(dim, self.num_modes, 2) / math.sqrt(2 * self.num_modes))
 
+    @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         modes = self.modes if self.modes.dtype == torch.float64 else self.modes.float()  # float32 at least
         # under torch.compile the basis is traced (and constant-folded) instead of read from the Python cache
@@ -175,6 +182,7 @@ class SparseKernel(BranchKernel):
         self.register_buffer('positions', positions.sort(dim=1).values)
         self.weight = nn.Parameter(torch.randn(dim, taps) / math.sqrt(taps))
 
+    @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return _place(self.weight, self.positions, self.size)
 
@@ -198,5 +206,6 @@ class FourierSparseKernel(BranchKernel):
         self.fourier = FourierKernel(dim, reach, num_modes, causal)
         self.sparse = SparseKernel(dim, reach, num_taps, causal, generator)
 
+    @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return self.fourier() + self.sparse()

@@ -19,14 +19,14 @@ Lag and padding conventions (bidirectional vs causal, even kernel sizes) are tho
 :mod:`mrconvnext.ops.light_conv`.
 """
 
-from __future__ import annotations
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_module
 
 from ..ops.light_conv import dynamic_conv1d, light_conv1d
 from ._checks import check_mixer_input
+from ._torchscript import ScriptedInPython, python_forward
 
 __all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
 
@@ -54,7 +54,7 @@ def _check_input_size(cls: str, input_size: object) -> tuple[int, int]:
     return int(input_size[0]), int(input_size[1])
 
 
-class _HeadConv1d(nn.Module):
+class _HeadConv1d(ScriptedInPython):
     """Shared options, bias, input check and repr of :class:`LightConv1d` and :class:`DynamicConv1d`."""
 
     def __init__(
@@ -78,6 +78,7 @@ class _HeadConv1d(nn.Module):
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._mix(check_mixer_input(self, x, 3))
 
@@ -88,6 +89,7 @@ class _HeadConv1d(nn.Module):
         )
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class LightConv1d(_HeadConv1d):
     """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads."""
 
@@ -110,6 +112,7 @@ class LightConv1d(_HeadConv1d):
         return light_conv1d(x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal)
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class DynamicConv1d(_HeadConv1d):
     """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head."""
 
@@ -154,6 +157,7 @@ class _RowMajor2d:
         super().__init__(dim, kernel_size, num_heads, causal=causal, weight_dropout=weight_dropout, bias=bias)
         self.input_size = _check_input_size(type(self).__name__, input_size)
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = check_mixer_input(self, x, 4).shape
         return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
@@ -162,9 +166,11 @@ class _RowMajor2d:
         return f'{super().extra_repr()}, input_size={self.input_size}'
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class LightConv2d(_RowMajor2d, LightConv1d):
     """LightConv on ``(B, C, H, W)`` flattened row-major (see :class:`_RowMajor2d`)."""
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class DynamicConv2d(_RowMajor2d, DynamicConv1d):
     """DynamicConv on ``(B, C, H, W)`` flattened row-major (see :class:`_RowMajor2d`)."""

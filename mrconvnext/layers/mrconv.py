@@ -36,17 +36,17 @@ Inference
     no-grad calls; any change to the kernel (loading, in-place update, ``.to()``) recomputes it.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_module
 
 from ..ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from ..ops.long_conv import long_conv1d
 from ._checks import check_mixer_input
+from ._torchscript import ScriptedInPython, python_forward
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -78,7 +78,8 @@ def _align(kernel: torch.Tensor, zero_lag: int, reach: int, causal: bool) -> tor
     return F.pad(kernel, (left, right))
 
 
-class MRConv1d(nn.Module):
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
+class MRConv1d(ScriptedInPython):
     """Multi-resolution depthwise long convolution over ``(B, C, L)``.
 
     Args:
@@ -320,6 +321,7 @@ class MRConv1d(nn.Module):
             bn.eps,
         )
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
         check_mixer_input(self, x, 3)
@@ -343,6 +345,7 @@ class MRConv1d(nn.Module):
         return s + f', kernel_type={self.kernel_type!r}, combine={self.combine!r}'
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class MRConv2d(MRConv1d):
     """MRConv over a ``(B, C, H, W)`` feature map flattened row-major to ``L = H * W``.
 
@@ -354,6 +357,7 @@ class MRConv2d(MRConv1d):
         super().__init__(dim, H * W, **kwargs)
         self.input_size = (H, W)
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)

@@ -15,16 +15,15 @@ Maximum offsets left as ``None`` default to half the extent of the nominal size 
 works at run time.
 """
 
-from __future__ import annotations
-
-import contextlib
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_module
 
+from ..ops._autocast import autocast_off
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
 from ._checks import check_mixer_input
+from ._torchscript import ScriptedInPython, python_forward
 
 __all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
 
@@ -69,10 +68,8 @@ def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     reads in place), else a matmul on the channels-first layout.
     """
     dtype = torch.promote_types(x.dtype, torch.float32)
-    device_type = x.device.type
-    no_autocast = device_type in ('cpu', 'cuda')
     bias = None if proj.bias is None else proj.bias.to(dtype)
-    with torch.autocast(device_type, enabled=False) if no_autocast else contextlib.nullcontext():
+    with autocast_off(x.device.type):
         x_cl = x.transpose(1, 2)
         if x_cl.is_contiguous() and not x.is_contiguous():
             return torch.sigmoid(F.linear(x_cl.to(dtype), proj.weight.to(dtype), bias)).transpose(1, 2)
@@ -82,7 +79,8 @@ def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(logits)
 
 
-class TaLKConv1d(nn.Module):
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
+class TaLKConv1d(ScriptedInPython):
     """TaLK convolution over ``(B, C, L) -> (B, C, L)`` (paper Sec. 3; causal = decoder, ``max_right = 0``)."""
 
     def __init__(
@@ -119,6 +117,7 @@ class TaLKConv1d(nn.Module):
         off = off.view(B, self.num_heads, 2, L).transpose(2, 3)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
         check_mixer_input(self, x, 3)
@@ -131,6 +130,7 @@ class TaLKConv1d(nn.Module):
         )
 
 
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
 class TaLKConvFlat2d(TaLKConv1d):
     """TaLK 1-D over the row-major flattened map: ``(B, C, H, W) -> (B, C, H, W)``.
 
@@ -143,6 +143,7 @@ class TaLKConvFlat2d(TaLKConv1d):
         super().__init__(dim, H * W, **options)
         self.input_size = (H, W)
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
@@ -150,7 +151,8 @@ class TaLKConvFlat2d(TaLKConv1d):
         return super().forward(x.reshape(B, C, H * W)).view(B, C, H, W)
 
 
-class TaLKConv2d(nn.Module):
+@register_notrace_module  # an FX leaf: the operators inside are not traceable
+class TaLKConv2d(ScriptedInPython):
     """2-D box TaLK convolution: ``(B, C, H, W) -> (B, C, H, W)``; boxes respect image rows and columns.
 
     The box of pixel (i, j) spans rows ``[i - o_t * max_top, i + o_b * max_bottom]`` and columns
@@ -191,6 +193,7 @@ class TaLKConv2d(nn.Module):
         off = off.view(B, self.num_heads, 4, H, W).permute(0, 1, 3, 4, 2)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
+    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)

@@ -11,14 +11,14 @@ Subclasses implement :meth:`make_mixer` from JSON-serializable constructor argum
 ``timm.models.save_for_hf`` configs rebuild the same model.
 """
 
-from __future__ import annotations
-
+import contextlib
 import os
 from collections.abc import Mapping
 
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import register_notrace_function
 from timm.models import build_model_with_cfg
 from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
@@ -33,6 +33,7 @@ __all__ = [
     'create_mixer_convnext',
     'stage_feature_sizes',
     'load_convnext_weights',
+    'check_image_input',
 ]
 
 # depths / dims of timm's ConvNeXt sizes (atto..nano use timm's conv-MLP variant, as timm does)
@@ -71,18 +72,32 @@ class MixerConvNeXt(ConvNeXt):
         **kwargs: timm ``ConvNeXt`` arguments (depths, dims, drop_path_rate, ...).
     """
 
-    def __init__(self, img_size: int | tuple[int, int] = 224, deploy: bool = False, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        img_size: int | tuple[int, int] = 224,
+        deploy: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(device=device, dtype=dtype, **kwargs)
         self.img_size = _pair(img_size)
         self.deploy = deploy
         self.stride = self.feature_info[-1]['reduction']
+        self.class_name = type(self).__name__  # for error messages, also under TorchScript
         sizes = stage_feature_sizes(self.img_size, [f['reduction'] for f in self.feature_info])
         if min(min(s) for s in sizes) < 1:
             raise ValueError(f'img_size {self.img_size} is smaller than the network stride {self.stride}')
         for i, stage in enumerate(self.stages):
             for block in stage.blocks:
                 dim = block.conv_dw.in_channels
-                block.conv_dw = self.make_mixer(i, dim, sizes[i])
+                # timm's factory arguments: parameters are created on ``device`` (e.g. 'meta': nothing allocated);
+                # the few tensors a mixer draws on the CPU (sparse tap positions) follow with .to()
+                with torch.device(device) if device is not None else contextlib.nullcontext():
+                    mixer = self.make_mixer(i, dim, sizes[i])
+                block.conv_dw = mixer.to(device=device, dtype=dtype) if device or dtype else mixer
+
+    __jit_unused_properties__ = ['_model_args']  # a Python-side record; TorchScript need not compile it
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
         """The token mixer of a block in ``stage`` with ``dim`` channels on an ``input_size`` map."""
@@ -130,38 +145,49 @@ class MixerConvNeXt(ConvNeXt):
                 names.update(f'{name}.{n}' for n in module.no_weight_decay_names())
         return names
 
-    # --- input validation on top of timm's forward paths
-    def _check_input(self, x: torch.Tensor) -> None:
-        if torch.compiler.is_compiling():  # runtime asserts instead of Python errors, which would break the graph
-            torch._check(x.shape[-2] >= self.stride)
-            torch._check(x.shape[-1] >= self.stride)
-            return
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f'{type(self).__name__} expects a torch.Tensor, got {type(x).__name__}')
-        if not x.is_floating_point():
-            raise TypeError(
-                f'{type(self).__name__} expects a floating-point image tensor, got dtype {x.dtype} '
-                '(convert integer images with x.float() and normalize them first)'
-            )
-        if x.dim() != 4:
-            raise ValueError(f'{type(self).__name__} expects images of shape (B, C, H, W), got {tuple(x.shape)}')
-        if x.shape[1] != self.in_chans:
-            raise ValueError(
-                f'{type(self).__name__} was built for in_chans={self.in_chans}, got an input with {x.shape[1]} channels'
-            )
-        if x.shape[-2] < self.stride or x.shape[-1] < self.stride:
-            raise ValueError(
-                f'input {tuple(x.shape[-2:])} is smaller than the network stride {self.stride}: '
-                f'H and W must be >= {self.stride}'
-            )
-
+    # --- timm's forward paths with input validation
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        return super().forward_features(x)
+        x = check_image_input(x, self.in_chans, self.stride, self.class_name)
+        x = self.stem(x)
+        x = self.stages(x)
+        return self.norm_pre(x)
 
     def forward_intermediates(self, x: torch.Tensor, *args, **kwargs):
-        self._check_input(x)
+        x = check_image_input(x, self.in_chans, self.stride, self.class_name)
         return super().forward_intermediates(x, *args, **kwargs)
+
+
+@register_notrace_function  # an FX call node (not traced into): traced models keep the check
+@torch.jit.ignore  # TorchScript calls it in Python
+def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str) -> torch.Tensor:
+    """``x`` if it is a floating-point ``(B, in_chans, H, W)`` image batch with ``H, W >= stride``, else a
+    ``TypeError`` / ``ValueError`` naming what was expected and what arrived.
+
+    Under ``torch.compile`` / ``torch.export`` the size condition becomes a runtime assert (a Python raise would
+    break the graph); dtype, rank and channels are static there and checked at trace time.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f'{name} expects a torch.Tensor, got {type(x).__name__}')
+    if not x.is_floating_point():
+        raise TypeError(
+            f'{name} expects a floating-point image tensor, got dtype {x.dtype} '
+            '(convert integer images with x.float() and normalize them first)'
+        )
+    if x.dim() != 4:
+        raise ValueError(f'{name} expects images of shape (B, C, H, W), got {tuple(x.shape)}')
+    if x.shape[1] != in_chans:
+        raise ValueError(f'{name} was built for in_chans={in_chans}, got an input with {x.shape[1]} channels')
+    if torch.compiler.is_compiling():
+        torch._check(x.shape[-2] >= stride)
+        torch._check(x.shape[-1] >= stride)
+    elif x.shape[-2] < stride or x.shape[-1] < stride:
+        raise ValueError(
+            f'input {tuple(x.shape[-2:])} is smaller than the network stride {stride}: H and W must be >= {stride}'
+        )
+    return x
+
+
+torch.fx.wrap('check_image_input')  # timm's list above only covers functions in its root module's globals
 
 
 def load_convnext_weights(
