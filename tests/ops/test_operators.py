@@ -55,3 +55,80 @@ def test_long_conv1d_on_the_meta_device(stacked):
     k = torch.empty(*((3,) if stacked else ()), 4, 99, device='meta')
     y = long_conv1d(x, k, torch.empty(4, device='meta'), zero_lag=49, backend='fft')
     assert y.device.type == 'meta' and y.shape == ((2, 3, 4, 50) if stacked else (2, 4, 50))
+
+
+# ---------------------------------------------------------------------------------------- TaLK and DynamicConv
+
+
+def _talk_backends():
+    from mrconvnext.ops._native import talk_native_available
+
+    return ['torch'] + (['native'] if talk_native_available('cpu') else [])
+
+
+@pytest.mark.parametrize('backend', _talk_backends())
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_opcheck_talk1d(backend, layout):
+    from mrconvnext.ops.talk import talk1d_backward_op, talk1d_op
+
+    x = _x(layout, C=4).requires_grad_()
+    off = torch.rand(2, 2, 10, 2, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(talk1d_op, (x, off, 3, 2, backend))
+    g = torch.randn(2, 4, 10, dtype=torch.float64)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(talk1d_backward_op, (g, x.detach(), off.detach(), 3, 2, backend, *need))
+
+
+@pytest.mark.parametrize('backend', _talk_backends())
+def test_opcheck_talk2d(backend):
+    from mrconvnext.ops.talk import talk2d_backward_op, talk2d_op
+
+    x = torch.randn(2, 4, 5, 6, dtype=torch.float64, requires_grad=True)
+    off = torch.rand(2, 2, 5, 6, 4, dtype=torch.float64, requires_grad=True)
+    maxes = (2, 1, 1, 2)
+    torch.library.opcheck(talk2d_op, (x, off, *maxes, backend))
+    _, P = talk2d_op(x.detach(), off.detach(), *maxes, backend)
+    g = torch.randn(2, 4, 5, 6, dtype=torch.float64)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(talk2d_backward_op, (g, P, off.detach(), *maxes, backend, *need))
+
+
+@pytest.mark.parametrize('zero_lag', [0, 2, 4])
+def test_opcheck_dynamic_conv(zero_lag):
+    from mrconvnext.ops.light_conv import dynamic_conv_backward_op, dynamic_conv_op
+
+    x4 = torch.randn(2, 2, 3, 9, dtype=torch.float64, requires_grad=True)
+    w_t = torch.randn(2, 2, 5, 9, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(dynamic_conv_op, (x4, w_t, zero_lag))
+    g = torch.randn(2, 2, 3, 9, dtype=torch.float64)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(dynamic_conv_backward_op, (g, x4.detach(), w_t.detach(), zero_lag, *need))
+
+
+# ---------------------------------------------------------------------------------------------- decompositions
+
+
+def test_decompositions_equal_the_operators():
+    """Every entry of the export decomposition table computes its operator's outputs (float64, fresh inputs)."""
+    from mrconvnext.ops.decompositions import decompositions
+
+    table = decompositions()
+    ops = torch.ops.mrconvnext
+    d = dict(dtype=torch.float64)
+    x1, off1 = torch.randn(2, 4, 11, **d), torch.rand(2, 2, 11, 2, **d)
+    x2, off2 = torch.randn(2, 4, 5, 6, **d), torch.rand(2, 1, 5, 6, 4, **d)
+    n = 24
+    k_circ, bias = torch.randn(3, 4, n, **d), torch.randn(4, **d)
+    cases = [
+        (ops.talk1d.default, (x1, off1, 3, 2, 'torch')),
+        (ops.talk2d.default, (x2, off2, 2, 1, 1, 2, 'torch')),
+        (ops.dynamic_conv.default, (torch.randn(2, 2, 3, 9, **d), torch.randn(2, 2, 5, 9, **d), 2)),
+        (ops.fft_conv.default, (x1, k_circ, n, bias)),
+        (ops.fft_conv_spectrum.default, (x1, torch.fft.rfft(k_circ), n, None)),
+    ]
+    for op, args in cases:
+        want, got = op(*args), table[op](*args)
+        want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+        assert len(want) == len(got), op
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m, o=op: f'{o}: {m}')

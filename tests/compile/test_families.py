@@ -1,0 +1,156 @@
+"""Every model family under the compilers and tracers timm users reach for, against eager on fresh inputs:
+torch.compile (fullgraph, eval and a training step), torch.export (save / load round trip), ONNX through
+onnxruntime, timm's FX feature extraction, TorchScript and the meta device.
+
+Small configurations (one block per stage, short LightConv/DynamicConv kernels) keep compile and export times low;
+``ls_init_value=1.0`` makes every mixer's output count in the logits. Tolerances are float32 rounding accumulated
+over the network, relative to the largest magnitude of the compared tensor (compilers reorder float32 sums).
+"""
+
+import copy
+
+import pytest
+import timm
+import torch
+
+import mrconvnext  # noqa: F401  (registers the models)
+from mrconvnext.ops.decompositions import decompositions
+
+FAMILIES = ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'lightconvnext_atto', 'dynconvnext_atto']
+SIZE = 64
+TOL = 1e-4
+
+
+def _kwargs(name: str) -> dict:
+    kw = dict(depths=(1, 1, 1, 1), img_size=SIZE, num_classes=5, ls_init_value=1.0)
+    if name.startswith(('lightconvnext', 'dynconvnext')):
+        kw['kernel_sizes'] = (3, 5, 7, 7)
+    return kw
+
+
+def _model(name: str, deploy: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = timm.create_model(name, **_kwargs(name)).eval()
+    if deploy and hasattr(model, 'reparameterize'):
+        model.reparameterize()
+    return model
+
+
+def _close(a, b, tol=TOL):
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol * max(b.abs().max().item(), 1e-6))
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _step(model, x):
+    y = model(x)
+    y.square().mean().backward()
+    params = getattr(model, '_orig_mod', model).named_parameters()
+    return y.detach(), {n: p.grad.clone() for n, p in params if p.grad is not None}
+
+
+# mrconvnext_atto's compile tests (full depth, branched and deployed) are in test_compile.py
+@pytest.mark.parametrize('name', FAMILIES[1:])
+def test_compile_fullgraph_eval_and_training_step(name):
+    model = _model(name)
+    x = torch.randn(2, 3, SIZE, SIZE)
+    explain = torch._dynamo.explain(model)(x)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    with torch.no_grad():
+        _close(torch.compile(model, fullgraph=True)(x), model(x))
+    torch._dynamo.reset()
+    model.train()
+    compiled_model = copy.deepcopy(model)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    x = torch.randn(3, 3, SIZE, SIZE)
+    y, grads = _step(model, x)
+    yc, grads_c = _step(compiled, x)
+    _close(yc, y)
+    assert grads.keys() == grads_c.keys() and len(grads) == len(list(model.parameters()))
+    for n in grads:
+        _close(grads_c[n], grads[n])
+
+
+def _export(model, x):
+    return torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim('batch', min=1, max=64)},))
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_export_save_load_round_trip(name, tmp_path):
+    model = _model(name, deploy=True)  # the deployed (reparameterized) form where the family has one
+    ep = _export(model, torch.randn(2, 3, SIZE, SIZE))
+    if not name.startswith('lightconvnext'):  # LightConv is a plain grouped conv1d
+        assert any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'the mixers should export as operators'
+    torch.export.save(ep, tmp_path / 'model.pt2')
+    loaded = torch.export.load(tmp_path / 'model.pt2').module()
+    x = torch.randn(3, 3, SIZE, SIZE)  # another batch size: the batch axis is dynamic
+    with torch.no_grad():
+        _close(loaded(x), model(x), 1e-5)
+
+
+@pytest.mark.parametrize('name,deploy', [(n, True) for n in FAMILIES] + [('mrconvnext_atto', False)])
+def test_onnx_through_onnxruntime(name, deploy, tmp_path):
+    ort = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    model = _model(name, deploy=deploy)
+    ep = _export(model, torch.randn(2, 3, SIZE, SIZE)).run_decompositions(decompositions())
+    assert not any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'decompositions left an operator'
+    path = tmp_path / 'model.onnx'
+    torch.onnx.export(ep, (torch.randn(2, 3, SIZE, SIZE),), str(path), dynamo=True, external_data=False, verbose=False)
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    x = torch.randn(3, 3, SIZE, SIZE)
+    y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    with torch.no_grad():
+        ref = model(x)
+    assert (y - ref).abs().max().item() <= 1e-4, (y - ref).abs().max().item()
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_fx_feature_extraction(name):
+    from timm.models import FeatureGraphNet
+
+    model = _model(name)
+    fx = FeatureGraphNet(model, out_indices=(0, 1, 2, 3))
+    x = torch.randn(2, 3, SIZE, SIZE)
+    with torch.no_grad():
+        feats = fx(x)
+        want = model.forward_intermediates(x, intermediates_only=True)
+    assert len(feats) == len(want) == 4
+    for a, b in zip(feats, want):
+        _close(a, b, 1e-6)
+    with pytest.raises(TypeError, match='floating-point'):  # the input check is a node of the traced graph
+        fx(torch.zeros(2, 3, SIZE, SIZE, dtype=torch.uint8))
+    # and timm's factory route
+    feats = timm.create_model(name, features_only=True, feature_cls='fx', **_kwargs(name))(x)
+    assert [f.shape[1] for f in feats] == [40, 80, 160, 320]
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_torchscript_forward(name):
+    model = _model(name)
+    scripted = torch.jit.script(model)
+    x = torch.randn(2, 3, SIZE, SIZE)
+    with torch.no_grad():
+        _close(scripted(x), model(x), 1e-5)
+        with pytest.raises(Exception, match='floating-point'):  # the check runs in Python under TorchScript too
+            scripted(torch.zeros(2, 3, SIZE, SIZE, dtype=torch.int64))
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_meta_device(name):
+    model = timm.create_model(name, device='meta', **_kwargs(name))
+    tensors = [*model.parameters(), *model.buffers()]
+    assert all(t.device.type == 'meta' for t in tensors)
+    x = torch.randn(2, 3, SIZE, SIZE, device='meta')
+    for mode in (model.eval, model.train):
+        mode()
+        assert model.forward_features(x).shape == (2, 320, SIZE // 32, SIZE // 32)
+        assert [f.shape[1] for f in model.forward_intermediates(x, intermediates_only=True)] == [40, 80, 160, 320]
+    if hasattr(model, 'reparameterize'):
+        model.eval().reparameterize()
+        assert model(x).shape == (2, 5)
