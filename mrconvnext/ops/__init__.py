@@ -2,6 +2,7 @@
 
 from ._native import build_fftconv_cpu, build_talk_cpu, build_talk_cuda
 from .branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from .decompositions import decompositions
 from .light_conv import dynamic_conv1d, light_conv1d
 from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_length, fft_size, long_conv1d
 from .talk import (
@@ -35,4 +36,5 @@ __all__ = [
     'build_fftconv_cpu',
     'light_conv1d',
     'dynamic_conv1d',
+    'decompositions',
 ]

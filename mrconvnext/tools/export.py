@@ -19,10 +19,9 @@ Steps:
    spatial size is fixed at export because the kernels are cropped to the feature-map length), and
    onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
    difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
-   TaLK models cannot be exported: their windows are a custom autograd op with no ONNX symbolic.
-   Branched MRConv models with Fourier kernels (``--no-reparam``) cannot either: their kernels come
-   from complex FFTs at every forward. LightConv / DynamicConv models export with the dynamo exporter
-   (not with the TorchScript one).
+   Every family exports with the dynamo exporter (the default when ``onnxscript`` is installed): the
+   package's operators are decomposed into standard ops first (TaLK as prefix sums + gathers). The
+   TorchScript exporter handles LightConv and MRConv models only.
 """
 
 from __future__ import annotations
@@ -81,23 +80,14 @@ def export_onnx(
 ) -> str:
     """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used.
 
-    MRConv mixers are switched to the ``direct`` backend (on a copy) so the graph is plain ``Conv``.
+    The dynamo exporter takes ``torch.export``'s program with the package's operators decomposed into ATen ops
+    (:func:`mrconvnext.ops.decompositions`: TaLK as prefix sums + gathers, DynamicConv as shifted multiply-adds).
+    MRConv mixers are switched to the ``direct`` backend (on a copy): a grouped ``Conv`` with the kernel cropped to
+    the feature map, cheaper than the generic decomposition of the FFT operator. The TorchScript exporter knows
+    no custom operators: it exports LightConv and MRConv models only.
     """
-    from mrconvnext.layers import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
+    from mrconvnext.ops.decompositions import decompositions
 
-    if any(isinstance(m, (TaLKConv1d, TaLKConv2d, TaLKConvFlat2d)) for m in model.modules()):
-        raise NotImplementedError(
-            'TaLK mixers cannot be exported to ONNX: their summed-area windows are a custom autograd op '
-            '(torch.autograd.Function with native kernels) that has no ONNX symbolic'
-        )
-    from mrconvnext.layers import FourierKernel
-
-    if any(isinstance(m, FourierKernel) for m in model.modules()):
-        raise NotImplementedError(
-            'branched MRConv mixers build their Fourier kernels at every forward with complex FFTs '
-            '(view_as_complex + irfft), which ONNX cannot express: export the reparameterized model '
-            '(drop --no-reparam); its merged kernels are plain tensors'
-        )
     model = copy.deepcopy(model).eval()
     _common.set_mixer_backend(model, 'direct')
     if exporter == 'auto':
@@ -108,15 +98,25 @@ def export_onnx(
         except ImportError:
             exporter = 'torchscript'
     kwargs: dict[str, Any] = dict(input_names=['input'], output_names=['logits'], opset_version=opset)
-    if exporter == 'dynamo':
-        kwargs.update(dynamo=True, dynamic_shapes=({0: torch.export.Dim('batch')},), external_data=False, verbose=False)
-    else:
-        kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
     import warnings
 
     with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter('ignore')  # tracer warnings about the (constant) input-size checks
-        torch.onnx.export(model, (example,), str(path), **kwargs)
+        warnings.simplefilter('ignore')  # exporter chatter about the (constant) input-size checks
+        if exporter == 'dynamo':
+            batch = torch.export.Dim('batch', min=1, max=4096)
+            program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+            program = program.run_decompositions(decompositions())
+            torch.onnx.export(program, (example,), str(path), dynamo=True, external_data=False, verbose=False, **kwargs)
+        else:
+            from mrconvnext.layers import DynamicConv1d, TaLKConv1d, TaLKConv2d
+
+            if any(isinstance(m, (DynamicConv1d, TaLKConv1d, TaLKConv2d)) for m in model.modules()):
+                raise ValueError(
+                    'the TorchScript ONNX exporter cannot export TaLK or DynamicConv mixers (custom operators): '
+                    "use exporter='dynamo' (needs onnxscript)"
+                )
+            kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
+            torch.onnx.export(model, (example,), str(path), **kwargs)
     return exporter
 
 

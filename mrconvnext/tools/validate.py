@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--amp-dtype', default='float16')
     p.add_argument('--channels-last', action='store_true')
     p.add_argument('--reparam', action='store_true', help='reparameterize (fold branches) before evaluating')
+    p.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
     p.add_argument('--results-file', default='', metavar='FILE', help='write results here (.json or .csv)')
     p.add_argument('--no-progress', action='store_true')
     return p
@@ -119,9 +120,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' or device.type == 'cpu' else torch.float16
         amp_autocast = partial(torch.autocast, device_type=device.type, dtype=dtype)
 
+    run_model = torch.compile(model, backend=args.torchcompile) if args.torchcompile else model
     t0 = time.perf_counter()
     metrics = _common.evaluate(
-        model,
+        run_model,
         loader,
         device,
         amp_autocast,
@@ -137,6 +139,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         'checkpoint_key': info['checkpoint_key'],
         'reparam': args.reparam,
         'deployed': deployed,
+        'torchcompile': args.torchcompile or '',
         'top1': round(metrics['top1'], 4),
         'top5': round(metrics['top5'], 4),
         'loss': round(metrics['loss'], 6),

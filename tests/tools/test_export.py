@@ -72,10 +72,14 @@ def test_onnx_matches_pytorch(exported):
     assert np.abs(y - ref).max() <= 1e-4
 
 
-def test_unexportable_models_are_refused_with_the_reason(tmp_path):
-    talk = timm.create_model('talkconvnext_atto', num_classes=10, img_size=64).eval()
-    with pytest.raises(NotImplementedError, match='custom autograd op'):
-        export.export_onnx(talk, tmp_path / 'talk.onnx', torch.randn(1, 3, 64, 64))
-    branched = timm.create_model('mrconvnext_atto', num_classes=10, img_size=64).eval()
-    with pytest.raises(NotImplementedError, match='reparameterized'):
-        export.export_onnx(branched, tmp_path / 'branched.onnx', torch.randn(1, 3, 64, 64))
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'mrconvnext_atto'])
+def test_export_onnx_of_talk_and_branched_models(name, tmp_path):
+    """Once refused: TaLK (custom operators, decomposed for ONNX) and branched MRConv (Fourier kernels)."""
+    pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    model = timm.create_model(name, num_classes=10, img_size=64, depths=(1, 1, 1, 1), ls_init_value=1.0).eval()
+    assert export.export_onnx(model, tmp_path / 'm.onnx', torch.randn(2, 3, 64, 64)) == 'dynamo'
+    assert export._onnx_check(tmp_path / 'm.onnx', model, torch.randn(3, 3, 64, 64)) <= 1e-4
+    if name.startswith('talk'):
+        with pytest.raises(ValueError, match='TorchScript ONNX exporter cannot export TaLK'):
+            export.export_onnx(model, tmp_path / 'ts.onnx', torch.randn(2, 3, 64, 64), exporter='torchscript')
