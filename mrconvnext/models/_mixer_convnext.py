@@ -72,6 +72,8 @@ class MixerConvNeXt(ConvNeXt):
         **kwargs: timm ``ConvNeXt`` arguments (depths, dims, drop_path_rate, ...).
     """
 
+    __jit_unused_properties__ = ['_model_args']  # a Python-side record; TorchScript need not compile it
+
     def __init__(
         self,
         img_size: int | tuple[int, int] = 224,
@@ -96,8 +98,6 @@ class MixerConvNeXt(ConvNeXt):
                 with torch.device(device) if device is not None else contextlib.nullcontext():
                     mixer = self.make_mixer(i, dim, sizes[i])
                 block.conv_dw = mixer.to(device=device, dtype=dtype) if device or dtype else mixer
-
-    __jit_unused_properties__ = ['_model_args']  # a Python-side record; TorchScript need not compile it
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
         """The token mixer of a block in ``stage`` with ``dim`` channels on an ``input_size`` map."""

@@ -72,6 +72,17 @@ def test_reparameterized_top1_is_unchanged(validated):
     assert json.loads(validated['reparam_file'].read_text())['top1'] == rep['top1']
 
 
+def test_validate_with_torchcompile_gives_the_same_top1(trained_run, digits_dir, validated):
+    """``--torchcompile`` is wired through validate (aot_eager: dynamo capture + AOTAutograd on fake tensors, cheap in
+    CI; inductor is exercised by tests/compile and the benchmark)."""
+    from mrconvnext.tools import validate
+
+    argv = ['--data-dir', str(digits_dir), '--checkpoint', trained_run['checkpoint'], '-j', '0', '--no-progress']
+    res = validate.run(argv + ['--reparam', '--torchcompile', 'aot_eager'])
+    assert res['torchcompile'] == 'aot_eager'
+    assert abs(res['top1'] - validated['reparam']['top1']) <= 0.2
+
+
 def test_run_outputs_per_epoch_logs_and_weights_only_checkpoints(trained_run):
     out = Path(trained_run['output_dir'])
     with open(out / 'summary.csv') as f:
