@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .light_conv import dynamic_conv_decomposition
 from .long_conv import _direct_conv
-from .talk import talk1d_reference, talk2d_reference
+from .talk import _acc_dtype, talk1d_reference, talk2d_reference
 
 __all__ = ['decompositions']
 
@@ -29,8 +29,9 @@ def _talk1d(x, offsets, max_left, max_right, backend):
 
 def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom, backend):
     y = talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    P = F.pad(x.to(acc).cumsum(2).cumsum(3), (1, 0, 1, 0))  # the integral image the operator also returns
+    P = F.pad(
+        x.to(_acc_dtype(x.dtype)).cumsum(2).cumsum(3), (1, 0, 1, 0)
+    )  # the integral image the operator also returns
     return y, P
 
 

@@ -351,13 +351,17 @@ _TORCH_KERNELS = _TorchKernels()
 # ------------------------------------------------------------------------------- dispatch + autograd
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in TALK_BACKENDS:
+        raise ValueError(f'backend: expected one of {TALK_BACKENDS}, got {backend!r}')
+
+
 def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
     """The implementation ``backend`` resolves to for tensors on ``device``: 'native', 'torch' or 'reference'.
 
     ``'native'`` raises RuntimeError when no native kernel can be built for the device.
     """
-    if backend not in TALK_BACKENDS:
-        raise ValueError(f'backend: expected one of {TALK_BACKENDS}, got {backend!r}')
+    _check_backend(backend)
     if backend in ('torch', 'reference'):
         return backend
     device = torch.device(device)
@@ -531,11 +535,6 @@ def _talk2d_grad(ctx, grad_y, _grad_P):
 
 
 talk2d_op.register_autograd(_talk2d_grad, setup_context=_talk2d_setup)
-
-
-def _check_backend(backend: str) -> None:
-    if backend not in TALK_BACKENDS:
-        raise ValueError(f'backend: expected one of {TALK_BACKENDS}, got {backend!r}')
 
 
 def talk1d(
