@@ -27,8 +27,9 @@ Precision
     float32 inputs (float64 for float64), with int64 indexing; outputs are in x's dtype.
 
 Implementations (``backend``): ``'reference'`` (cumsum + gather + autograd: the specification), ``'torch'``
-(fused autograd Function in PyTorch ops, O(B*C*L) memory), ``'native'`` (C++/CUDA kernels from
-``kernels/talk``) and ``'auto'`` (native when it builds for the device, else ``'torch'`` with a one-time
+(fused operator in PyTorch ops, O(B*C*L) memory), ``'native'`` (the C++ CPU kernel from ``kernels/talk``),
+``'triton'`` (the Triton kernels of :mod:`mrconvnext.ops.talk_triton`: CUDA tensors, or CPU tensors under
+``TRITON_INTERPRET=1``) and ``'auto'`` (Triton on CUDA, native on the CPU, else ``'torch'`` with a one-time
 warning).
 """
 
@@ -53,8 +54,8 @@ __all__ = [
     'TALK_BACKENDS',
 ]
 
-Backend = Literal['auto', 'native', 'torch', 'reference']
-TALK_BACKENDS = ('auto', 'native', 'torch', 'reference')
+Backend = Literal['auto', 'triton', 'native', 'torch', 'reference']
+TALK_BACKENDS = ('auto', 'triton', 'native', 'torch', 'reference')
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -356,21 +357,53 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f'backend: expected one of {TALK_BACKENDS}, got {backend!r}')
 
 
-def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
-    """The implementation ``backend`` resolves to for tensors on ``device``: 'native', 'torch' or 'reference'.
+_TRITON_REASONS: dict[str, str | None] = {}
 
-    ``'native'`` raises RuntimeError when no native kernel can be built for the device.
+
+def _triton_unavailable(device_type: str) -> str | None:
+    """Why the Triton kernels cannot run on ``device_type`` tensors, or None when they can."""
+    if device_type not in _TRITON_REASONS:
+        try:
+            from . import talk_triton
+        except Exception as exc:  # noqa: BLE001 - no Triton (e.g. CPU-only or macOS wheels): say why
+            reason = f'Triton is not importable ({type(exc).__name__}: {exc})'
+        else:
+            if device_type == 'cuda':
+                reason = None
+            elif device_type == 'cpu':
+                reason = None if talk_triton.interpreted() else 'CPU tensors need TRITON_INTERPRET=1 before first use'
+            else:
+                reason = f'no Triton kernels for {device_type} tensors'
+        _TRITON_REASONS[device_type] = reason
+    return _TRITON_REASONS[device_type]
+
+
+def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
+    """The implementation ``backend`` resolves to for tensors on ``device``: 'triton', 'native', 'torch' or
+    'reference'.
+
+    ``'auto'``: Triton on CUDA, the native kernel where one builds (CPU), else ``'torch'`` with a one-time warning.
+    ``'triton'`` and ``'native'`` raise RuntimeError, saying why, where their kernels cannot run.
     """
     _check_backend(backend)
     if backend in ('torch', 'reference'):
         return backend
     device = torch.device(device)
+    triton_reason = _triton_unavailable(device.type) if backend == 'triton' or device.type == 'cuda' else None
+    if backend == 'triton':
+        if triton_reason is not None:
+            raise RuntimeError(f'Triton TaLK kernels unavailable for {device}: {triton_reason}')
+        return 'triton'
+    if backend == 'auto' and device.type == 'cuda' and triton_reason is None:
+        return 'triton'
     if _native.talk_native(device) is not None:
         return 'native'
     name = {'cpu': _native.CPU_NAME, 'cuda': _native.CUDA_NAME}.get(device.type)
     reason = (name and _native.native_error(name)) or (
         'disabled by MRCONVNEXT_DISABLE_NATIVE' if _native.native_disabled() else 'no kernel for this device'
     )
+    if triton_reason is not None:
+        reason = f'{reason}; {triton_reason}'
     if backend == 'native':
         raise RuntimeError(f'native TaLK kernels unavailable for {device}: {reason}')
     warn_once(
@@ -380,9 +413,21 @@ def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
     return 'torch'
 
 
+@torch.compiler.assume_constant_result
+def _resolve(device_type: str, backend: str) -> str:
+    # a constant for torch.compile: the loaders behind it (locks, imports, builds) cannot be traced
+    return talk_backend(device_type, backend)
+
+
 def _kernels(device: torch.device, backend: str):
-    resolved = talk_backend(device, backend)
-    return _native.talk_native(device) if resolved == 'native' else _TORCH_KERNELS
+    """Kernels of the ``mrconvnext::talk*`` operators: ``backend`` 'native' or 'torch' ('auto': native where it
+    builds, else torch). The Triton kernels are operators of their own (:mod:`.talk_triton`)."""
+    if backend not in ('auto', 'native', 'torch'):
+        raise ValueError(f"backend: expected 'auto', 'native' or 'torch' for this operator, got {backend!r}")
+    native = None if backend == 'torch' else _native.talk_native(device)
+    if native is None and backend == 'native':
+        talk_backend(device, 'native')  # raises, saying why
+    return native if native is not None else _TORCH_KERNELS
 
 
 def _is_channels_last_1d(x: torch.Tensor) -> bool:
@@ -452,19 +497,24 @@ def _(grad_y, x, offsets, max_left, max_right, backend, need_dx, need_doff):
 
 
 def _talk1d_setup(ctx, inputs, output):
-    x, offsets, max_left, max_right, backend = inputs
-    ctx.save_for_backward(x, offsets)  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
-    ctx.args = (max_left, max_right, backend)
+    ctx.save_for_backward(inputs[0], inputs[1])  # x itself (slopes) and the offsets: O(B*C*L), nothing per window
+    ctx.args = inputs[2:]
 
 
-def _talk1d_grad(ctx, grad_y):
-    x, offsets = ctx.saved_tensors
-    need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    dx, doff = talk1d_backward_op(grad_y, x, offsets, *ctx.args, need_dx, need_doff)
-    return (dx if need_dx else None), (doff if need_doff else None), None, None, None
+def register_talk1d_autograd(forward_op, backward_op) -> None:
+    """Autograd of a TaLK 1-D operator ``forward_op(x, offsets, *args)`` through
+    ``backward_op(grad_y, x, offsets, *args, need_dx, need_doff) -> (dx, doff)``."""
+
+    def grad(ctx, grad_y):
+        x, offsets = ctx.saved_tensors
+        need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dx, doff = backward_op(grad_y, x, offsets, *ctx.args, need_dx, need_doff)
+        return (dx if need_dx else None), (doff if need_doff else None), *(None,) * len(ctx.args)
+
+    forward_op.register_autograd(grad, setup_context=_talk1d_setup)
 
 
-talk1d_op.register_autograd(_talk1d_grad, setup_context=_talk1d_setup)
+register_talk1d_autograd(talk1d_op, talk1d_backward_op)
 
 
 @torch.library.custom_op('mrconvnext::talk2d', mutates_args=())
@@ -527,14 +577,20 @@ def _talk2d_setup(ctx, inputs, output):
     ctx.x_dtype = inputs[0].dtype
 
 
-def _talk2d_grad(ctx, grad_y, _grad_P):
-    P, offsets = ctx.saved_tensors
-    need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    dx, doff = talk2d_backward_op(grad_y.to(ctx.x_dtype), P, offsets, *ctx.args, need_dx, need_doff)
-    return (dx if need_dx else None), (doff if need_doff else None), None, None, None, None, None
+def register_talk2d_autograd(forward_op, backward_op) -> None:
+    """Autograd of a TaLK 2-D operator ``forward_op(x, offsets, *args) -> (y, P)`` through
+    ``backward_op(grad_y, P, offsets, *args, need_dx, need_doff) -> (dx, doff)``."""
+
+    def grad(ctx, grad_y, _grad_P):
+        P, offsets = ctx.saved_tensors
+        need_dx, need_doff = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dx, doff = backward_op(grad_y.to(ctx.x_dtype), P, offsets, *ctx.args, need_dx, need_doff)
+        return (dx if need_dx else None), (doff if need_doff else None), *(None,) * len(ctx.args)
+
+    forward_op.register_autograd(grad, setup_context=_talk2d_setup)
 
 
-talk2d_op.register_autograd(_talk2d_grad, setup_context=_talk2d_setup)
+register_talk2d_autograd(talk2d_op, talk2d_backward_op)
 
 
 def talk1d(
@@ -550,10 +606,14 @@ def talk1d(
     """
     _check_inputs(x, offsets, 1)
     max_left, max_right = _check_max('max_left', max_left), _check_max('max_right', max_right)
-    _check_backend(backend)
-    if backend == 'reference':
+    resolved = _resolve(x.device.type, backend)
+    if resolved == 'reference':
         return talk1d_reference(x, offsets, max_left, max_right)
-    return talk1d_op(x, offsets, max_left, max_right, backend)
+    if resolved == 'triton':
+        from .talk_triton import talk1d_triton
+
+        return talk1d_triton(x, offsets, max_left, max_right)
+    return talk1d_op(x, offsets, max_left, max_right, resolved)
 
 
 def talk2d(
@@ -576,10 +636,14 @@ def talk2d(
         _check_max('max_top', max_top),
         _check_max('max_bottom', max_bottom),
     )
-    _check_backend(backend)
-    if backend == 'reference':
+    resolved = _resolve(x.device.type, backend)
+    if resolved == 'reference':
         return talk2d_reference(x, offsets, *maxes)
-    return talk2d_op(x, offsets, *maxes, backend)[0]
+    if resolved == 'triton':
+        from .talk_triton import talk2d_triton
+
+        return talk2d_triton(x, offsets, *maxes)[0]
+    return talk2d_op(x, offsets, *maxes, resolved)[0]
 
 
 def talk_offsets_dropout(offsets: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
