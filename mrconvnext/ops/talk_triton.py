@@ -86,15 +86,21 @@ def _corner(Pp, w1, kv, fv, ku, fu, mask):
 
 
 @triton.jit
+def _corner_value(Pp, w1, kv, fv, ku, fu, mask):
+    val, du, dv = _corner(Pp, w1, kv, fv, ku, fu, mask)
+    return val
+
+
+@triton.jit
 def _scatter_corner(dPp, w1, kv, fv, ku, fu, g, mask):
     """Adjoint of one bilinear lookup: add ``g`` (BLOCK_R, BLOCK_N) times its 4 weights into ``dPp``."""
     p00 = dPp + (kv * w1 + ku)[None, :]
     fv, fu = fv[None, :], fu[None, :]
     gv, gf = (1.0 - fv) * g, fv * g
-    tl.atomic_add(p00, gv * (1.0 - fu), mask=mask)
-    tl.atomic_add(p00 + 1, gv * fu, mask=mask)
-    tl.atomic_add(p00 + w1, gf * (1.0 - fu), mask=mask)
-    tl.atomic_add(p00 + w1 + 1, gf * fu, mask=mask)
+    tl.atomic_add(p00, gv * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + 1, gv * fu, mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + w1, gf * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + w1 + 1, gf * fu, mask=mask, sem='relaxed')
 
 
 # ---------------------------------------------------------------------------------------------------- scan
@@ -130,6 +136,7 @@ def _scan_kernel(
     src_rows = src + a1 * ss0 + a2 * ss1 + m[:, None] * ss2
     dst_rows = dst + a1 * sd0 + a2 * sd1 + m[:, None] * sd2
     carry = tl.zeros([BLOCK_M], dtype=acc_ty)
+    last = tl.arange(0, BLOCK_L) == BLOCK_L - 1
     for start in range(0, L, BLOCK_L):
         j = start + tl.arange(0, BLOCK_L).to(tl.int64)
         pos = L - 1 - j if REVERSE else j
@@ -137,7 +144,9 @@ def _scan_kernel(
         v = tl.load(src_rows + pos[None, :] * ss3, mask=mask, other=0.0).to(acc_ty)
         c = tl.cumsum(v, axis=1) + carry[:, None]
         tl.store(dst_rows + pos[None, :] * sd3, c.to(dst.dtype.element_ty), mask=mask)
-        carry += tl.sum(v, axis=1)
+        # the carry is the scan's last column (masked tail entries are 0), not carry + sum(v): Triton 3.6's
+        # OptimizeThreadLocality pass crashes on a loop-carried sum that is also used inside the loop
+        carry = tl.sum(tl.where(last[None, :], c, 0.0), axis=1)
 
 
 def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
@@ -236,10 +245,10 @@ def _talk1d_bwd_kernel(
         gs = tl.load(g + b * sgb + c[:, None] * sgc + i[None, :] * sgl, mask=mask, other=0.0).to(ds.dtype) / norm
         if NEED_DX:
             row = dP + (b * C + c)[:, None] * (L + 1)
-            tl.atomic_add(row + ke[None, :], (1.0 - fe[None, :]) * gs, mask=mask)
-            tl.atomic_add(row + ke[None, :] + 1, fe[None, :] * gs, mask=mask)
-            tl.atomic_add(row + ks[None, :], -(1.0 - fs[None, :]) * gs, mask=mask)
-            tl.atomic_add(row + ks[None, :] + 1, -fs[None, :] * gs, mask=mask)
+            tl.atomic_add(row + ke[None, :], (1.0 - fe[None, :]) * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ke[None, :] + 1, fe[None, :] * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ks[None, :], -(1.0 - fs[None, :]) * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ks[None, :] + 1, -fs[None, :] * gs, mask=mask, sem='relaxed')
         if NEED_DOFF:
             xrow = x + b * sxb + c[:, None] * sxc
             acc_s += tl.sum(gs * tl.load(xrow + ks[None, :] * sxl, mask=mask, other=0.0).to(ds.dtype), axis=0)
@@ -336,7 +345,9 @@ def _talk2d_fwd_kernel(
     b, h = bh // heads, bh % heads
     p = nb * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
     nmask = p < N
-    kl, fl, _, kr, fr, _, kt, ft, _, kb, fb, _ = _edges_2d(off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask)
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
+        off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask
+    )
     w1 = Ww + 1
     norm = (ml + mr + 1) * (mt + mb + 1)
     for r0 in range(0, R, BLOCK_R):
@@ -344,13 +355,8 @@ def _talk2d_fwd_kernel(
         c = (h * R + r).to(tl.int64)
         mask = (r < R)[:, None] & nmask[None, :]
         Pp = P + (b * C + c)[:, None] * ((Hh + 1) * w1)
-        box, _, _ = _corner(Pp, w1, kb, fb, kr, fr, mask)
-        v, _, _ = _corner(Pp, w1, kb, fb, kl, fl, mask)
-        box -= v
-        v, _, _ = _corner(Pp, w1, kt, ft, kr, fr, mask)
-        box -= v
-        v, _, _ = _corner(Pp, w1, kt, ft, kl, fl, mask)
-        box += v
+        box = _corner_value(Pp, w1, kb, fb, kr, fr, mask) - _corner_value(Pp, w1, kb, fb, kl, fl, mask)
+        box += _corner_value(Pp, w1, kt, ft, kl, fl, mask) - _corner_value(Pp, w1, kt, ft, kr, fr, mask)
         tl.store(y + (b * C + c)[:, None] * N + p[None, :], (box / norm).to(y.dtype.element_ty), mask=mask)
 
 
@@ -403,10 +409,10 @@ def _talk2d_bwd_kernel(
             _scatter_corner(dP + plane, w1, kt, ft, kr, fr, -gs, mask)
             _scatter_corner(dP + plane, w1, kt, ft, kl, fl, gs, mask)
         if NEED_DOFF:
-            _, du_br, dv_br = _corner(P + plane, w1, kb, fb, kr, fr, mask)
-            _, du_bl, dv_bl = _corner(P + plane, w1, kb, fb, kl, fl, mask)
-            _, du_tr, dv_tr = _corner(P + plane, w1, kt, ft, kr, fr, mask)
-            _, du_tl, dv_tl = _corner(P + plane, w1, kt, ft, kl, fl, mask)
+            v_br, du_br, dv_br = _corner(P + plane, w1, kb, fb, kr, fr, mask)
+            v_bl, du_bl, dv_bl = _corner(P + plane, w1, kb, fb, kl, fl, mask)
+            v_tr, du_tr, dv_tr = _corner(P + plane, w1, kt, ft, kr, fr, mask)
+            v_tl, du_tl, dv_tl = _corner(P + plane, w1, kt, ft, kl, fl, mask)
             acc_l += tl.sum(gs * (du_bl - du_tl), axis=0)
             acc_r += tl.sum(gs * (du_br - du_tr), axis=0)
             acc_t += tl.sum(gs * (dv_tr - dv_tl), axis=0)
