@@ -1,4 +1,4 @@
-"""GPU benchmark of the TaLK operators by implementation: Triton kernels, the CUDA C++ kernel, the fused PyTorch ops.
+"""GPU benchmark of the TaLK operators by implementation: the Triton kernels and the fused PyTorch ops.
 
 Shapes of TaLK-ConvNeXt-T's first and third stages (``--batch`` x 96 x 56², x 384 x 14²; 16 channels per head;
 maximum offsets as the models set them: half the flattened map for 1-D, half the width / height for 2-D), offsets
@@ -7,13 +7,14 @@ and the offsets for a random cotangent). Each case is timed with ``triton.testin
 median of its repeats after warm-up); peak memory is ``torch.cuda.max_memory_allocated`` over one call, minus the
 inputs. Ratios are time over the Triton kernels' time of the same case.
 
-    python scripts/bench_talk_gpu.py [--batch 64] [--no-native] [--out results]
+    python scripts/bench_talk_gpu.py [--batch 64] [--out results]
+
+The CUDA C++ kernel this compared against was removed after its H100 run (docs/gpu/README.md).
 """
 
 import argparse
 import csv
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,6 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from mrconvnext.ops import _native  # noqa: E402
 from mrconvnext.ops.talk import talk1d, talk2d  # noqa: E402
 
 STAGES = {'stage1': (96, 56), 'stage3': (384, 14)}
@@ -62,20 +62,11 @@ def _call(fn, x, off, backend: str, mode: str):
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--batch', type=int, default=64)
-    p.add_argument('--no-native', action='store_true', help='skip the CUDA C++ kernel (its build needs nvcc)')
     p.add_argument('--out', default='results', help="directory of gpu_talk_ops.{md,csv} ('' to skip)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit('bench_talk_gpu: no CUDA device visible')
     impls = ['triton', 'torch']
-    if not args.no_native:
-        try:
-            t0 = time.perf_counter()
-            _native.build_talk_cuda()
-            print(f'CUDA C++ TaLK kernel built (or loaded) in {time.perf_counter() - t0:.0f} s', flush=True)
-            impls.insert(1, 'native')
-        except Exception as exc:  # noqa: BLE001 - report and go on without it
-            print(f'CUDA C++ TaLK kernel unavailable: {type(exc).__name__}: {str(exc)[:300]}', flush=True)
     rows = []
     for op in ('talk1d', 'talk2d'):
         for stage in STAGES:

@@ -1,7 +1,8 @@
 // Per-element arithmetic of the TaLK (time-aware large kernel) summation convolution.
 //
-// Included by both talk_cpu.cpp (g++) and talk_cuda.cu (nvcc), so the arithmetic the CPU tests exercise is
-// the arithmetic that runs on the GPU. No torch headers here: plain templates over the accumulation type
+// Included by talk_cpu.cpp. The GPU kernels are Triton (mrconvnext/ops/talk_triton.py) and follow these conventions
+// line for line (start/end edges, the fraction at kinks, NaN propagation), tested against the same float64
+// references. No torch headers here: plain templates over the accumulation type
 // acc_t (float, or double for double inputs) and the storage type of x.
 //
 // Conventions (one axis of length n, position i, relative offset o in [0, 1], maximum offset m):
@@ -26,11 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TALK_HD __host__ __device__ __forceinline__
-#else
 #define TALK_HD inline
-#endif
 
 namespace mrconvnext {
 namespace talk {

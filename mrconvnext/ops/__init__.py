@@ -1,6 +1,6 @@
 """Functional operators: no parameters, no knowledge of models."""
 
-from ._native import build_fftconv_cpu, build_talk_cpu, build_talk_cuda
+from ._native import build_fftconv_cpu, build_talk_cpu
 from .branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .decompositions import decompositions
 from .light_conv import dynamic_conv1d, light_conv1d
@@ -32,7 +32,6 @@ __all__ = [
     'talk_backend',
     'talk_offsets_dropout',
     'build_talk_cpu',
-    'build_talk_cuda',
     'build_fftconv_cpu',
     'light_conv1d',
     'dynamic_conv1d',

@@ -1,15 +1,13 @@
 """Loader for the native kernels (``kernels/``), JIT-compiled with ``torch.utils.cpp_extension.load``.
 
-Separate extensions, so the CPU ones work where nvcc is absent:
+CPU extensions only (GPU kernels are Triton, in ``ops/*_triton.py``: no compiler toolchain needed there):
 
 * ``mrconvnext_talk_cpu``  (``talk/talk_cpu.cpp``), built on first use;
-* ``mrconvnext_talk_cuda`` (``talk/talk_cuda.cu`` + ``talk/talk_cuda_bind.cpp``), built on first use only when
-  ``torch.cuda.is_available()``, or explicitly with :func:`build_talk_cuda`;
 * ``mrconvnext_fftconv_cpu`` (``fftconv/fftconv_cpu.cpp``), the fused FFT convolution forward, built on first
   use where torch has MKL (it calls the oneMKL DFTI functions that ``libtorch_cpu`` exports).
 
 Builds are cached under ``$MRCONVNEXT_EXT_DIR`` (default ``~/.cache/mrconvnext``), in a subdirectory per
-Python/torch/CUDA version. A failed automatic build warns once and returns ``None``; callers then fall back to
+Python/torch version. A failed automatic build warns once and returns ``None``; callers then fall back to
 the PyTorch implementation (never to zeros). ``MRCONVNEXT_DISABLE_NATIVE=1`` skips native kernels entirely.
 """
 
@@ -39,8 +37,6 @@ def _kernel_dir() -> Path:
 KERNEL_DIR = _kernel_dir()
 TALK_DIR = KERNEL_DIR / 'talk'
 FFTCONV_DIR = KERNEL_DIR / 'fftconv'
-# CUDA archs compiled when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset (A100, H100 + PTX for newer).
-DEFAULT_CUDA_ARCHS = '8.0;9.0+PTX'
 
 _lock = threading.RLock()
 _modules: dict[str, ModuleType | None] = {}
@@ -64,39 +60,6 @@ def cxx_compiler() -> str | None:
     return shutil.which(os.environ.get('CXX', 'c++'))
 
 
-def cuda_home() -> str | None:
-    """CUDA toolkit root; sets ``CUDA_HOME=/usr/local/cuda`` when unset and nvcc is there.
-
-    torch guesses the root from ``which nvcc``, which gives ``/usr/local`` for a ``/usr/local/bin/nvcc``
-    wrapper and then fails to link ``-lcudart``; its guess is also frozen at import time, so we patch it.
-    """
-    home = os.environ.get('CUDA_HOME') or os.environ.get('CUDA_PATH')
-    if not home and Path('/usr/local/cuda/bin/nvcc').exists():
-        home = '/usr/local/cuda'
-        os.environ['CUDA_HOME'] = home
-    if not home:
-        nvcc = shutil.which('nvcc')
-        if nvcc is not None:
-            candidate = Path(nvcc).resolve().parents[1]
-            if (candidate / 'include' / 'cuda_runtime.h').exists():
-                home = str(candidate)
-    if home:
-        from torch.utils import cpp_extension
-
-        current = cpp_extension.CUDA_HOME
-        if current is None or not (Path(current) / 'include' / 'cuda_runtime.h').exists():
-            cpp_extension.CUDA_HOME = home
-    return home
-
-
-def nvcc_path() -> str | None:
-    """nvcc of :func:`cuda_home`, or None when no CUDA toolkit is installed."""
-    home = cuda_home()
-    if home and (Path(home) / 'bin' / 'nvcc').exists():
-        return str(Path(home) / 'bin' / 'nvcc')
-    return None
-
-
 def _ensure_ninja() -> None:
     # cpp_extension.load runs `ninja` from PATH; a venv used without activation has it only in its bin dir.
     if shutil.which('ninja'):
@@ -114,9 +77,8 @@ def _ensure_ninja() -> None:
             return
 
 
-def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_list: str | None) -> ModuleType:
+def _build(name: str, sources: list[Path], *, verbose: bool) -> ModuleType:
     _ensure_ninja()
-    cuda_home()  # before cpp_extension is first imported: it resolves CUDA_HOME at import time
     from torch.utils.cpp_extension import load
 
     missing = [str(s) for s in sources if not s.exists()]
@@ -124,35 +86,18 @@ def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_li
         raise FileNotFoundError(f'native kernel sources not found: {missing} (set MRCONVNEXT_KERNEL_DIR)')
     build_dir = build_root() / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    cflags = ['-O3']
-    ldflags: list[str] = []
-    cuda_cflags: list[str] = []
-    if cuda:
-        cuda_cflags = ['-O3', '-lineinfo']
-        archs = arch_list or os.environ.get('TORCH_CUDA_ARCH_LIST')
-        if not archs and torch.cuda.device_count() == 0:
-            archs = DEFAULT_CUDA_ARCHS  # torch derives archs from visible GPUs and fails without one
-        if archs:
-            for arch in archs.replace(' ', ';').split(';'):
-                num = arch.replace('+PTX', '').replace('.', '')
-                cuda_cflags.append(f'-gencode=arch=compute_{num},code=sm_{num}')
-                if arch.endswith('+PTX'):
-                    cuda_cflags.append(f'-gencode=arch=compute_{num},code=compute_{num}')
-    else:
-        # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime
-        # resolves to the libgomp torch already loaded (same soname).
-        cflags.append('-fopenmp')
-        ldflags.append('-fopenmp')
+    # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
+    # libgomp torch already loaded (same soname).
+    cflags, ldflags = ['-O3', '-fopenmp'], ['-fopenmp']
     start = time.perf_counter()
     module = load(
         name=name,
         sources=[str(s) for s in sources],
         extra_cflags=cflags,
-        extra_cuda_cflags=cuda_cflags or None,
-        extra_ldflags=ldflags or None,
+        extra_ldflags=ldflags,
         extra_include_paths=[str(sources[0].parent)],
         build_directory=str(build_dir),
-        with_cuda=cuda,
+        with_cuda=False,
         verbose=verbose,
     )
     build_seconds[name] = time.perf_counter() - start
@@ -160,30 +105,14 @@ def _build(name: str, sources: list[Path], *, cuda: bool, verbose: bool, arch_li
 
 
 CPU_NAME = 'mrconvnext_talk_cpu'
-CUDA_NAME = 'mrconvnext_talk_cuda'
 FFTCONV_CPU_NAME = 'mrconvnext_fftconv_cpu'
 
 
 def build_talk_cpu(verbose: bool = False) -> ModuleType:
     """Build (or load from cache) the CPU extension; raises on failure."""
     with _lock:
-        module = _build(CPU_NAME, [TALK_DIR / 'talk_cpu.cpp'], cuda=False, verbose=verbose, arch_list=None)
+        module = _build(CPU_NAME, [TALK_DIR / 'talk_cpu.cpp'], verbose=verbose)
         _modules[CPU_NAME] = module
-        return module
-
-
-def build_talk_cuda(verbose: bool = False, arch_list: str | None = None) -> ModuleType:
-    """Build (or load from cache) the CUDA extension even without a GPU; raises on failure.
-
-    ``arch_list`` like ``TORCH_CUDA_ARCH_LIST`` ("8.0;9.0+PTX"); default: that variable, else the visible
-    GPUs' archs, else :data:`DEFAULT_CUDA_ARCHS`.
-    """
-    with _lock:
-        if nvcc_path() is None:
-            raise RuntimeError('nvcc not found (set CUDA_HOME to a CUDA toolkit)')
-        sources = [TALK_DIR / 'talk_cuda.cu', TALK_DIR / 'talk_cuda_bind.cpp']
-        module = _build(CUDA_NAME, sources, cuda=True, verbose=verbose, arch_list=arch_list)
-        _modules[CUDA_NAME] = module
         return module
 
 
@@ -192,9 +121,7 @@ def build_fftconv_cpu(verbose: bool = False) -> ModuleType:
     with _lock:
         if not torch.backends.mkl.is_available():
             raise RuntimeError('this torch build has no MKL, whose FFT functions the fused kernel calls')
-        module = _build(
-            FFTCONV_CPU_NAME, [FFTCONV_DIR / 'fftconv_cpu.cpp'], cuda=False, verbose=verbose, arch_list=None
-        )
+        module = _build(FFTCONV_CPU_NAME, [FFTCONV_DIR / 'fftconv_cpu.cpp'], verbose=verbose)
         _modules[FFTCONV_CPU_NAME] = module
         return module
 
@@ -224,13 +151,6 @@ def load_talk_cpu() -> ModuleType | None:
     return _load_cached(CPU_NAME, build_talk_cpu)
 
 
-def load_talk_cuda() -> ModuleType | None:
-    """The CUDA extension when CUDA is available, built on first call; None otherwise."""
-    if native_disabled() or not torch.cuda.is_available():
-        return None
-    return _load_cached(CUDA_NAME, build_talk_cuda)
-
-
 def load_fftconv_cpu() -> ModuleType | None:
     """The fused FFT convolution CPU extension, built on first call; None (after one warning) if it cannot be."""
     if native_disabled():
@@ -240,11 +160,7 @@ def load_fftconv_cpu() -> ModuleType | None:
 
 def talk_native(device: torch.device) -> ModuleType | None:
     """Native TaLK kernels for tensors on ``device``, or None."""
-    if device.type == 'cpu':
-        return load_talk_cpu()
-    if device.type == 'cuda':
-        return load_talk_cuda()
-    return None
+    return load_talk_cpu() if device.type == 'cpu' else None
 
 
 def native_error(name: str) -> str | None:

@@ -398,7 +398,7 @@ def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
         return 'triton'
     if _native.talk_native(device) is not None:
         return 'native'
-    name = {'cpu': _native.CPU_NAME, 'cuda': _native.CUDA_NAME}.get(device.type)
+    name = _native.CPU_NAME if device.type == 'cpu' else None
     reason = (name and _native.native_error(name)) or (
         'disabled by MRCONVNEXT_DISABLE_NATIVE' if _native.native_disabled() else 'no kernel for this device'
     )
