@@ -55,6 +55,9 @@ def decompositions() -> dict:
     table = torch.export.default_decompositions()
     table[ops.talk1d.default] = _talk1d
     table[ops.talk2d.default] = _talk2d
+    if hasattr(ops, 'talk1d_triton'):  # registered once the Triton kernels were used (CUDA models)
+        table[ops.talk1d_triton.default] = lambda x, offsets, ml, mr: _talk1d(x, offsets, ml, mr, 'triton')
+        table[ops.talk2d_triton.default] = lambda x, offsets, *maxes: _talk2d(x, offsets, *maxes, 'triton')
     table[ops.dynamic_conv.default] = dynamic_conv_decomposition
     table[ops.fft_conv.default] = _fft_conv
     table[ops.fft_conv_spectrum.default] = _fft_conv_spectrum

@@ -613,7 +613,7 @@ def talk1d(
         from .talk_triton import talk1d_triton
 
         return talk1d_triton(x, offsets, max_left, max_right)
-    return talk1d_op(x, offsets, max_left, max_right, resolved)
+    return talk1d_op(x, offsets, max_left, max_right, backend)  # "auto" stays "auto" in exported graphs
 
 
 def talk2d(
@@ -643,7 +643,7 @@ def talk2d(
         from .talk_triton import talk2d_triton
 
         return talk2d_triton(x, offsets, *maxes)[0]
-    return talk2d_op(x, offsets, *maxes, resolved)[0]
+    return talk2d_op(x, offsets, *maxes, backend)[0]
 
 
 def talk_offsets_dropout(offsets: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -111,7 +111,11 @@ def test_opcheck_dynamic_conv(zero_lag):
 def test_decompositions_equal_the_operators():
     """Every entry of the export decomposition table computes its operator's outputs (float64, fresh inputs)."""
     from mrconvnext.ops.decompositions import decompositions
+    from mrconvnext.ops.talk import _triton_unavailable
 
+    triton = _triton_unavailable('cpu') is None  # the interpreter is on (no GPU): the Triton operators run here
+    if triton:
+        from mrconvnext.ops import talk_triton  # noqa: F401  (registers the operators)
     table = decompositions()
     ops = torch.ops.mrconvnext
     d = dict(dtype=torch.float64)
@@ -126,6 +130,8 @@ def test_decompositions_equal_the_operators():
         (ops.fft_conv.default, (x1, k_circ, n, bias)),
         (ops.fft_conv_spectrum.default, (x1, torch.fft.rfft(k_circ), n, None)),
     ]
+    if triton:
+        cases += [(ops.talk1d_triton.default, (x1, off1, 3, 2)), (ops.talk2d_triton.default, (x2, off2, 2, 1, 1, 2))]
     for op, args in cases:
         want, got = op(*args), table[op](*args)
         want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
