@@ -71,6 +71,17 @@ def _end_edge(i, d, n):
 
 
 @triton.jit
+def _program_block(n, heads, BLOCK: tl.constexpr):
+    """This program's (batch * heads + head, batch, head, BLOCK positions, their mask) on an axis of ``n`` positions:
+    programs run over batch * heads * ceil(n / BLOCK) (one grid axis, so no 65535 limit on the others)."""
+    pid = tl.program_id(0).to(tl.int64)
+    blocks = tl.cdiv(n, BLOCK)
+    bh, blk = pid // blocks, pid % blocks
+    pos = blk * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    return bh, bh // heads, bh % heads, pos, pos < n
+
+
+@triton.jit
 def _corner(Pp, w1, kv, fv, ku, fu, mask):
     """Bilinear value and its slopes d/du, d/dv of the integral images ``Pp`` (BLOCK_R, 1) at (kv + fv, ku + fu)."""
     p00 = Pp + (kv * w1 + ku)[None, :]
@@ -177,12 +188,7 @@ def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
 def _talk1d_fwd_kernel(
     x, P, off, y, C, L, R, heads, sxb, sxc, sxl, syb, syc, syl, ml, mr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    l_blocks = tl.cdiv(L, BLOCK_L)
-    bh, lb = pid // l_blocks, pid % l_blocks
-    b, h = bh // heads, bh % heads
-    i = lb * BLOCK_L + tl.arange(0, BLOCK_L).to(tl.int64)
-    lmask = i < L
+    bh, b, h, i, lmask = _program_block(L, heads, BLOCK_L)
     ob = off + (bh * L + i) * 2
     ks, fs, _ = _start_edge(i, tl.load(ob, mask=lmask, other=0.0) * ml, L)
     ke, fe, _ = _end_edge(i, tl.load(ob + 1, mask=lmask, other=0.0) * mr, L)
@@ -225,12 +231,7 @@ def _talk1d_bwd_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_L: tl.constexpr,
 ):
-    pid = tl.program_id(0).to(tl.int64)
-    l_blocks = tl.cdiv(L, BLOCK_L)
-    bh, lb = pid // l_blocks, pid % l_blocks
-    b, h = bh // heads, bh % heads
-    i = lb * BLOCK_L + tl.arange(0, BLOCK_L).to(tl.int64)
-    lmask = i < L
+    bh, b, h, i, lmask = _program_block(L, heads, BLOCK_L)
     ob = off + (bh * L + i) * 2
     ds = tl.load(ob, mask=lmask, other=0.0)
     ks, fs, live_s = _start_edge(i, ds * ml, L)
@@ -339,12 +340,7 @@ def _talk2d_fwd_kernel(
     P, off, y, C, Hh, Ww, R, heads, ml, mr, mt, mb, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
     N = Hh * Ww
-    pid = tl.program_id(0).to(tl.int64)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    bh, nb = pid // n_blocks, pid % n_blocks
-    b, h = bh // heads, bh % heads
-    p = nb * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
-    nmask = p < N
+    bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
     kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
         off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask
     )
@@ -382,12 +378,7 @@ def _talk2d_bwd_kernel(
     BLOCK_N: tl.constexpr,
 ):
     N = Hh * Ww
-    pid = tl.program_id(0).to(tl.int64)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    bh, nb = pid // n_blocks, pid % n_blocks
-    b, h = bh // heads, bh % heads
-    p = nb * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
-    nmask = p < N
+    bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
     kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
         off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask
     )
