@@ -398,6 +398,8 @@ def talk_backend(device: torch.device | str, backend: Backend = 'auto') -> str:
         return 'triton'
     if _native.talk_native(device) is not None:
         return 'native'
+    if device.type == 'meta' and backend == 'auto':
+        return 'torch'  # shapes only: no kernel runs, nothing to warn about
     name = _native.CPU_NAME if device.type == 'cpu' else None
     reason = (name and _native.native_error(name)) or (
         'disabled by MRCONVNEXT_DISABLE_NATIVE' if _native.native_disabled() else 'no kernel for this device'

@@ -75,11 +75,11 @@ def test_reparameterized_model_equals_branched(kernel_type, combine):
         assert torch.equal(deployed.eval()(x), y_own)
 
 
-@pytest.mark.parametrize('reparam', [False, True])
-def test_save_for_hf_local_dir_round_trip(tmp_path, reparam):
+def test_save_for_hf_local_dir_round_trip_of_a_deployed_model(tmp_path):
+    """The branched round trip is tests/models/test_zoo.py's; here the deployed form keeps ``deploy=True``."""
+    reparam = True
     model = _briefly_trained()
-    if reparam:
-        model.reparameterize()
+    model.reparameterize()
     save_for_hf(model, tmp_path, safe_serialization=True)
     assert (tmp_path / 'model.safetensors').exists()
     config = json.loads((tmp_path / 'config.json').read_text())
