@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from .talk import _acc_dtype, _talk1d_out, register_talk1d_autograd, register_talk2d_autograd
+
 __all__ = ['interpreted', 'talk1d_triton', 'talk1d_triton_backward', 'talk2d_triton', 'talk2d_triton_backward']
 
 _BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
@@ -36,10 +38,6 @@ _BLOCK_R, _BLOCK_L = 8, 128  # gather kernels: channels per step, positions per 
 def interpreted() -> bool:
     """Whether the kernels were defined under Triton's interpreter (``TRITON_INTERPRET=1`` at import)."""
     return not isinstance(_scan_kernel, triton.runtime.JITFunction)
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 # --------------------------------------------------------------------------------------------------- edges
@@ -260,12 +258,6 @@ def _talk1d_bwd_kernel(
         tl.store(ob + 1, tl.where(live_e, acc_e * mr, 0.0), mask=lmask)
 
 
-def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
-    """An output laid out like ``x`` (B, C, L) when x is a flattened channels-last map, else contiguous."""
-    cl = not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
-    return torch.empty_like(x) if cl else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
 def _grid_1d(B: int, heads: int, L: int) -> tuple[int]:
     return (B * heads * triton.cdiv(L, _BLOCK_L),)
 
@@ -276,7 +268,7 @@ def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_rig
     B, C, L = x.shape
     heads = offsets.shape[1]
     acc = _acc_dtype(x.dtype)
-    y = _empty_like_layout(x)
+    y = _talk1d_out(x)
     if x.numel() == 0:
         return y
     off = offsets.to(acc).contiguous()
@@ -481,7 +473,5 @@ def talk2d_triton_backward(
 
 
 # the same autograd as the other TaLK operators (ops/talk.py): saved tensors, backward operator, input gradients
-from .talk import register_talk1d_autograd, register_talk2d_autograd  # noqa: E402
-
 register_talk1d_autograd(talk1d_triton, talk1d_triton_backward)
 register_talk2d_autograd(talk2d_triton, talk2d_triton_backward)
