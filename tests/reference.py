@@ -16,3 +16,25 @@ def shifted_sum_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> to
         else:
             y[..., :lag] += kernel[:, j, None] * x[..., -lag:]
     return y
+
+
+def remap_lags_loop(kernel: torch.Tensor, zero_lag: int, width: int, new_width: int, new_length: int | None = None):
+    """The 2-D lag remap rule tap by tap: ``{new_lag: (C,) weight}`` (see ``mrconvnext.ops.lag_remap``).
+
+    Lag ``tau = q * width + r`` (``0 <= r < width``) is read as ``(q, r)`` on ``width - r`` columns and as
+    ``(q + 1, r - width)`` on ``r`` columns; each reading with ``|dx| < new_width`` goes to ``dy * new_width + dx``
+    with its column fraction; lags ``|tau'| >= new_length`` are dropped."""
+    out: dict[int, torch.Tensor] = {}
+    for j in range(kernel.shape[-1]):
+        q, r = divmod(j - zero_lag, width)
+        readings = [(q, r, (width - r) / width)]
+        if r > 0:
+            readings.append((q + 1, r - width, r / width))
+        for dy, dx, frac in readings:
+            if abs(dx) >= new_width:
+                continue
+            lag = dy * new_width + dx
+            if new_length is not None and abs(lag) >= new_length:
+                continue
+            out[lag] = out.get(lag, 0) + frac * kernel[..., j].double()
+    return out

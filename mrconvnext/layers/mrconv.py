@@ -24,9 +24,10 @@ Branch combination
     other devices, dtypes and norm modules use ``F.batch_norm`` with alpha folded into its affine.
 
 Sequences of other lengths than ``seq_len``
-    Kernels are built for the nominal ``seq_len``. A shorter input simply ignores the lags it
-    cannot reach; a longer input is convolved with the same kernels, which are then no longer
-    global. Nothing is resampled.
+    Kernels are built for the nominal ``seq_len``. For :class:`MRConv1d` a shorter input simply ignores
+    the lags it cannot reach; a longer input is convolved with the same kernels, which are then no longer
+    global. Nothing is resampled. :class:`MRConv2d` keeps the kernel's 2-D meaning at other image widths
+    (see its docstring).
 
 Inference
     :meth:`MRConv1d.reparameterize` folds the BatchNorms (running statistics) and alpha (or beta)
@@ -43,7 +44,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
+from ..ops._args import check_int
 from ..ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from ..ops.lag_remap import remap_lags
 from ..ops.long_conv import long_conv1d
 from ._checks import check_mixer_input
 from ._torchscript import ScriptedInPython, python_forward
@@ -61,6 +64,7 @@ __all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'num_branche
 
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
+_ADAPTED_CACHE_SIZE = 8  # adapted deployed kernels kept per layer: a detection backbone alternates a few sizes
 
 
 def num_branches(seq_len: int, l0: int, max_branches: int) -> int:
@@ -192,6 +196,7 @@ class MRConv1d(ScriptedInPython):
         self.bias = nn.Parameter(torch.zeros(self.dim, **dd))
         self.deployed = True
         self._spectra: dict = {}  # kernel spectrum kept between no-grad calls (not state; see long_conv1d)
+        self._adapted: dict = {}  # per input geometry: the adapted kernel and its spectra (see _deployed_kernel)
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -241,19 +246,48 @@ class MRConv1d(ScriptedInPython):
 
     # --- forward -------------------------------------------------------------------------------
 
-    def _forward_1d(self, x: torch.Tensor) -> torch.Tensor:
+    def _adapt(self, kernel: torch.Tensor, width: int | None, length: int) -> tuple[torch.Tensor, int]:
+        """The kernel (and its zero lag) to apply to an input of ``length`` whose image ``width`` differs from the
+        nominal one (``None``: the nominal geometry). A 1-D layer has no width: its kernel as it is."""
+        return kernel, self.zero_lag
+
+    def _deployed_kernel(self, width: int | None, length: int) -> tuple[torch.Tensor, int, dict | None]:
+        """The deployed kernel for this input geometry, its zero lag and its spectrum cache. Without a gradient
+        (eager), an adapted kernel is kept per geometry (:data:`_ADAPTED_CACHE_SIZE`) until the kernel changes."""
+        if width is None:
+            return self.kernel, self.zero_lag, self._spectra
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self.kernel.requires_grad):
+            kernel, zero_lag = self._adapt(self.kernel, width, length)
+            return kernel, zero_lag, None
+        k = self.kernel
+        key = (k.data_ptr(), k._version, tuple(k.shape), k.dtype, k.device)
+        if self._adapted.get('kernel') != key:
+            self._adapted.clear()
+            self._adapted['kernel'] = key
+        geometry = (width, length)
+        if geometry not in self._adapted:
+            if len(self._adapted) > _ADAPTED_CACHE_SIZE:  # the sizes plus the 'kernel' entry
+                self._adapted.pop(next(g for g in self._adapted if g != 'kernel'))
+            with torch.no_grad():
+                kernel, zero_lag = self._adapt(k, width, length)
+            self._adapted[geometry] = (kernel, zero_lag, {})
+        return self._adapted[geometry]
+
+    def _forward_1d(self, x: torch.Tensor, width: int | None = None) -> torch.Tensor:
+        """``(B, C, L) -> (B, C, L)``; ``width``: the image width when it is not the nominal one (2-D layers)."""
+        B, _, L = x.shape
         if self.deployed:
-            return long_conv1d(
-                x, self.kernel, self.bias, zero_lag=self.zero_lag, backend=self.backend, spectrum_cache=self._spectra
-            )
+            kernel, zero_lag, spectra = self._deployed_kernel(width, L)
+            return long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend, spectrum_cache=spectra)
         if self.combine == 'scale':
             kernel, bias = self.merged_kernel()
-            return long_conv1d(x, kernel, bias, zero_lag=self.zero_lag, backend=self.backend)
-        B, _, L = x.shape
+            kernel, zero_lag = self._adapt(kernel, width, L)
+            return long_conv1d(x, kernel, bias, zero_lag=zero_lag, backend=self.backend)
         N, C = self.num_branches, self.dim
+        kernels, zero_lag = self._adapt(self.branch_kernels(), width, L)
         if self._fused_bn_applies(x):
-            return self._fused_conv_bn(x)
-        y = long_conv1d(x, self.branch_kernels(), zero_lag=self.zero_lag, backend=self.backend)  # (B, N, C, L)
+            return self._fused_conv_bn(x, kernels, zero_lag)
+        y = long_conv1d(x, kernels, zero_lag=zero_lag, backend=self.backend)  # (B, N, C, L)
         y = y.reshape(B, N * C, L)
         if type(self.bn) is nn.BatchNorm1d and self.bn.affine:
             return self._batch_norm_alpha(y).view(B, N, C, L).sum(1)
@@ -272,15 +306,15 @@ class MRConv1d(ScriptedInPython):
             and branch_conv_bn_sum_supported(x)
         )
 
-    def _fused_conv_bn(self, x: torch.Tensor) -> torch.Tensor:
+    def _fused_conv_bn(self, x: torch.Tensor, kernels: torch.Tensor, zero_lag: int) -> torch.Tensor:
         """The bn-combine training forward through the fused op, with nn.BatchNorm1d's running-stat updates."""
         bn = self.bn
         N, C = self.num_branches, self.dim
         dt = x.dtype
         y, mean, var = branch_conv_bn_sum(
             x,
-            self.branch_kernels(),
-            self.zero_lag,
+            kernels,
+            zero_lag,
             bn.weight.view(N, C).to(dt),
             bn.bias.view(N, C).to(dt),
             self.alpha.to(dt),
@@ -330,6 +364,13 @@ class MRConv1d(ScriptedInPython):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
+        grid_key = prefix + 'nominal_size'
+        if not hasattr(self, 'nominal_size') and grid_key in state_dict:
+            # a 2-D layer's state dict: it fits a 1-D layer of the same length, its grid has no meaning here
+            H, W = state_dict.pop(grid_key).tolist()
+            if H * W != self.seq_len:
+                error_msgs.append(f'{prefix!r}: a {H}x{W} grid\'s kernels do not fit seq_len={self.seq_len}')
+                return
         # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first.
         if not self.deployed and prefix + 'kernel' in state_dict:
             self._make_deployed()
@@ -349,17 +390,61 @@ class MRConv1d(ScriptedInPython):
 class MRConv2d(MRConv1d):
     """MRConv over a ``(B, C, H, W)`` feature map flattened row-major to ``L = H * W``.
 
-    ``input_size`` is the nominal ``(H, W)``; any other size works (see the module docstring).
+    ``input_size`` is the nominal ``(H, W)`` the kernels are made for; it is also kept in the persistent buffer
+    ``nominal_size`` so a checkpoint says which grid its kernels belong to.
+
+    Other input sizes: a flattened lag means a 2-D offset that depends on the width, so at a width ``W'`` other
+    than the nominal ``W`` the kernel (deployed, merged or each branch's, after synthesis) is rewritten by
+    :func:`~mrconvnext.ops.lag_remap.remap_lags`: every lag's two 2-D readings go to their lags at ``W'``,
+    weighted by the fraction of columns each applies to; whole-row lags stay whole rows. It is differentiable (the
+    layer trains at the new size with the same parameters) and, for a deployed layer without a gradient, kept
+    per input size. At the nominal width, whatever the height, the kernel is used as it is, exactly as before.
+    ``lag_remap=False`` applies the nominal kernel's 1-D lags unchanged at every size (what earlier versions
+    did; ``docs/resolution.md`` measures both).
+
+    Loading: a state dict whose ``nominal_size`` differs from the layer's is an error (its kernels mean other
+    offsets); a state dict without one (written by earlier versions) is taken to be of the layer's grid. The zoo's models
+    rebuild such mixers at the checkpoint's grid instead (:class:`~mrconvnext.models.MixerConvNeXt`).
     """
 
-    def __init__(self, dim: int, input_size: tuple[int, int], **kwargs) -> None:
-        H, W = input_size
+    def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: bool = True, **kwargs) -> None:
+        if not isinstance(input_size, (tuple, list)) or len(input_size) != 2:
+            raise ValueError(f'MRConv2d expects input_size as two positive ints (H, W), got {input_size!r}')
+        H, W = (check_int('MRConv2d', 'input_size', s) for s in input_size)
         super().__init__(dim, H * W, **kwargs)
         self.input_size = (H, W)
+        self.lag_remap = bool(lag_remap)
+        self.register_buffer('nominal_size', torch.tensor([H, W], dtype=torch.int64))
+
+    def _adapt(self, kernel: torch.Tensor, width: int | None, length: int) -> tuple[torch.Tensor, int]:
+        if width is None:
+            return kernel, self.zero_lag
+        return remap_lags(kernel, self.zero_lag, self.input_size[1], width, length)
 
     @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
-        return self._forward_1d(x.reshape(B, C, H * W)).view(B, C, H, W)
+        width = W if self.lag_remap and W != self.input_size[1] else None
+        return self._forward_1d(x.reshape(B, C, H * W), width).view(B, C, H, W)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        key = prefix + 'nominal_size'
+        if key not in state_dict:  # written before the grid was recorded: the layer's own grid
+            state_dict[key] = self.nominal_size.new_tensor(self.input_size, device='cpu')
+        grid = tuple(int(s) for s in state_dict[key].tolist())
+        if grid != self.input_size:
+            error_msgs.append(
+                f'{type(self).__name__} {prefix!r} was built for a {self.input_size} grid but the state dict holds '
+                f'kernels for {grid}: build it with input_size={grid} (the zoo models do this when loading)'
+            )
+            return
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        return f'input_size={self.input_size}, lag_remap={self.lag_remap}, ' + super().extra_repr()

@@ -9,6 +9,13 @@ classifier reset, grad checkpointing, group matcher) is inherited, not rewritten
 
 Subclasses implement :meth:`make_mixer` from JSON-serializable constructor arguments only, so
 ``timm.models.save_for_hf`` configs rebuild the same model.
+
+Checkpoints between resolutions: a mixer whose kernels depend on its grid (MRConv) records it in the buffer
+``nominal_size``. Loading a state dict whose mixers were made for another grid (a checkpoint trained at another
+``img_size``) first rebuilds those mixers with :meth:`make_mixer` at the checkpoint's grid, then loads as usual, so
+``timm.create_model(name, img_size=384, pretrained=True, pretrained_cfg_overlay=dict(file=ckpt_at_224))`` and
+``model.load_state_dict(sd)`` both give the checkpoint's kernels, applied at the new size by the mixer's own rule.
+The rebuilt mixers are new modules: load before building an optimizer, as usual.
 """
 
 import contextlib
@@ -66,8 +73,8 @@ class MixerConvNeXt(ConvNeXt):
     """timm ConvNeXt whose 7x7 depthwise convs are replaced by :meth:`make_mixer` modules.
 
     Args:
-        img_size: nominal input size; sets the sequence length each mixer is built for (any input
-            size at least the network stride works at run time).
+        img_size: nominal input size; sets the grid each mixer is built for (any input size at least the
+            network stride works at run time; a checkpoint of another grid brings its own, see above).
         deploy: build the mixers in their reparameterized (inference) form.
         **kwargs: timm ``ConvNeXt`` arguments (depths, dims, drop_path_rate, ...).
     """
@@ -102,6 +109,27 @@ class MixerConvNeXt(ConvNeXt):
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
         """The token mixer of a block in ``stage`` with ``dim`` channels on an ``input_size`` map."""
         raise NotImplementedError
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # runs before the children load (nn.Module.load_state_dict goes top down): mixers rebuilt here are the
+        # ones that then receive their weights
+        self._adopt_checkpoint_grids(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _adopt_checkpoint_grids(self, state_dict: Mapping[str, torch.Tensor], prefix: str) -> None:
+        """Rebuild every mixer whose ``nominal_size`` in ``state_dict`` differs from its own at that grid."""
+        for i, stage in enumerate(self.stages):
+            for j, block in enumerate(stage.blocks):
+                mixer = block.conv_dw
+                grid = state_dict.get(f'{prefix}stages.{i}.blocks.{j}.conv_dw.nominal_size')
+                if grid is None or not hasattr(mixer, 'nominal_size'):
+                    continue
+                grid = tuple(int(s) for s in grid.tolist())
+                if grid == tuple(mixer.input_size):
+                    continue
+                ref = next(mixer.parameters())
+                new = self.make_mixer(i, mixer.dim, grid).to(device=ref.device, dtype=ref.dtype)
+                block.conv_dw = new.train(mixer.training)
 
     # --- the timm model-args record reflects the deployed state, whoever reparameterized the mixers
     @property

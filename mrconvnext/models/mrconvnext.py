@@ -9,6 +9,10 @@ Mode and tap counts (chosen to land on the paper's Table 12 parameter counts, ch
 37 Fourier modes per branch (MRConvNeXt-T/S/B Fourier: 29.9M / 53.2M / 92.6M vs 30M / 53M / 93M)
 and 80 sparse taps per branch (Fourier+Sparse: 31.6M / 56.9M / 97.5M vs 32M / 57M / 98M).
 
+Other input sizes: at another feature-map width each mixer rewrites its kernel so every lag keeps its 2-D
+offset (``lag_remap=True``, :class:`~mrconvnext.layers.MRConv2d`), and a checkpoint trained at one ``img_size``
+loads into a model built at another (the mixers take the checkpoint's grid). ``docs/resolution.md`` measures it.
+
 No ImageNet weights for MRConvNeXt exist; ``pretrained=True`` needs a weight source you provide
 (``pretrained_cfg_overlay=dict(file=...)``, ``local-dir:`` or ``hf-hub:``). To start from timm's
 ImageNet ConvNeXt, use :func:`~mrconvnext.models.load_convnext_weights`.
@@ -44,6 +48,8 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: Fourier modes per branch.
         num_taps: sparse taps per branch (taps per side for ``dilated``; default its kernel size).
         causal: causal mixers (default bidirectional).
+        lag_remap: at image widths other than the nominal one, rewrite each kernel so its lags keep their 2-D
+            offsets (:class:`~mrconvnext.layers.MRConv2d`); ``False`` applies the nominal 1-D lags unchanged.
         backend: convolution backend of the mixers.
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments (``img_size``, ``deploy``,
             ``depths``, ``dims``, ``num_classes``, ``in_chans``, ``drop_path_rate``, ...).
@@ -58,6 +64,7 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: int = 37,
         num_taps: int | None = 80,
         causal: bool = False,
+        lag_remap: bool = True,
         backend: str = 'auto',
         **kwargs,
     ) -> None:
@@ -70,6 +77,7 @@ class MRConvNeXt(MixerConvNeXt):
             num_modes=num_modes,
             num_taps=None if kernel_type == 'dilated' else num_taps,
             causal=causal,
+            lag_remap=lag_remap,
             backend=backend,
         )
         self.kernel_sizes = tuple(kernel_sizes) if kernel_sizes is not None else None

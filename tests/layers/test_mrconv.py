@@ -11,7 +11,7 @@ from mrconvnext.layers.kernel_params import (
     SparseKernel,
     fourier_basis,
 )
-from tests.reference import shifted_sum_conv
+from tests.reference import remap_lags_loop, shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
 
@@ -64,10 +64,28 @@ def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
     return k
 
 
-def _reference_forward(layer: MRConv1d, x: torch.Tensor, training: bool) -> torch.Tensor:
+def _dense(lags: dict[int, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """``{lag: (C,) value}`` as a symmetric ``(C, 2R - 1)`` kernel and its zero lag."""
+    R = max(abs(lag) for lag in lags) + 1
+    k = torch.zeros(next(iter(lags.values())).shape[0], 2 * R - 1, dtype=torch.float64)
+    for lag, v in lags.items():
+        k[:, lag + R - 1] = v
+    return k, R - 1
+
+
+def _reference_forward(
+    layer: MRConv1d, x: torch.Tensor, training: bool, widths: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """The layer by naive formulas; ``widths = (W, W')``: each branch kernel moved from width ``W`` to ``W'`` by
+    the tap loop of the 2-D remap rule (``tests.reference.remap_lags_loop``) first."""
     x = x.double()
     R, causal = layer.reach, layer.causal
-    outs = [shifted_sum_conv(x, _reference_branch(b, R, causal), 0 if causal else R - 1) for b in layer.branches]
+    outs = []
+    for b in layer.branches:
+        k, zero_lag = _reference_branch(b, R, causal), 0 if causal else R - 1
+        if widths is not None:
+            k, zero_lag = _dense(remap_lags_loop(k, zero_lag, *widths, x.shape[-1]))
+        outs.append(shifted_sum_conv(x, k, zero_lag))
     if layer.combine == 'scale':
         beta = layer.beta.detach().double()
         return sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach().double()[:, None]

@@ -1,0 +1,181 @@
+"""MRConv2d at input sizes other than its nominal one: the 2-D lag remap, its caches and the grid record."""
+
+import pytest
+import torch
+
+from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
+from tests.layers.test_mrconv import _dense, _reference_forward, _train_a_little
+from tests.reference import remap_lags_loop, shifted_sum_conv
+
+NOMINAL = (5, 8)
+
+
+def _layer(kernel_type='fourier_sparse', combine='bn', causal=False, **kw) -> MRConv2d:
+    kw = {**dict(kernel_size=6, kernel_type=kernel_type, combine=combine, causal=causal, num_modes=5, num_taps=4), **kw}
+    return MRConv2d(4, NOMINAL, **kw)
+
+
+def _trained(layer: MRConv2d) -> MRConv2d:
+    """Non-trivial BatchNorm statistics, alpha and kernels."""
+    layer = layer.double()
+    _train_a_little(layer, (3, 4, *NOMINAL))
+    return layer.eval()
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('causal', [False, True])
+@pytest.mark.parametrize('size', [(6, 11), (7, 5), (3, 3)])
+def test_branched_layer_at_another_width_matches_the_loop_reference(kernel_type, combine, causal, size):
+    """Eval and training mode (batch statistics), float64: each branch kernel remapped by the tap loop of the rule,
+    then convolved by a tap loop."""
+    layer = _trained(_layer(kernel_type, combine, causal))
+    x = torch.randn(2, 4, *size, dtype=torch.float64)
+    widths = (NOMINAL[1], size[1])
+    for training in (False, True):
+        layer.train(training)
+        y = layer(x).reshape(2, 4, -1)
+        ref = _reference_forward(layer, x.reshape(2, 4, -1), training, widths)
+        torch.testing.assert_close(y, ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('size', [(6, 11), (9, 4)])
+def test_reparameterized_equals_branched_at_another_width_float32(combine, size):
+    """The deployed kernel is remapped as a whole, the branched layer branch by branch: the remap is linear, so
+    they agree to float32 rounding (tolerance 2e-5 relative to the output scale, as at the nominal size)."""
+    layer = _trained(_layer('fourier_sparse', combine)).float()
+    x = torch.randn(3, 4, *size)
+    y = layer(x)
+    layer.reparameterize()
+    torch.testing.assert_close(layer(x), y, rtol=2e-5, atol=2e-5 * y.abs().max().item())
+
+
+@pytest.mark.parametrize('size', [NOMINAL, (9, NOMINAL[1]), (2, NOMINAL[1])])
+@pytest.mark.parametrize('deploy', [False, True])
+def test_identity_at_the_nominal_width(size, deploy):
+    """At the nominal width, whatever the height, the output is bitwise the one without the remap."""
+    layer = _trained(_layer())
+    if deploy:
+        layer.reparameterize()
+    off = _trained(_layer(lag_remap=False))
+    off.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 4, *size, dtype=torch.float64)
+    for training in (False,) if deploy else (False, True):
+        layer.train(training)
+        off.train(training)
+        assert torch.equal(layer(x), off(x))
+
+
+def test_lag_remap_false_applies_the_nominal_lags():
+    """The earlier behaviour, kept behind lag_remap=False: the merged kernel's 1-D lags at any width."""
+    layer = _trained(_layer(lag_remap=False))
+    x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
+    kernel, bias = layer.merged_kernel()
+    ref = shifted_sum_conv(x.reshape(2, 4, -1), kernel.detach(), layer.zero_lag) + bias.detach()[:, None]
+    torch.testing.assert_close(layer(x).reshape(2, 4, -1), ref, rtol=1e-9, atol=1e-9)
+
+
+def test_whole_row_kernel_stays_vertical():
+    """A deployed kernel with taps only at whole rows at the nominal width is, at another width, a purely vertical
+    filter: on an image constant along each row, the output is constant along each row too."""
+    layer = _layer(deploy=True).double().eval()
+    W = NOMINAL[1]
+    with torch.no_grad():
+        layer.kernel.zero_()
+        n = (layer.reach - 1) // W
+        rows = torch.arange(-n, n + 1) * W + layer.zero_lag
+        layer.kernel[:, rows] = torch.randn(4, rows.numel(), dtype=torch.float64)
+    x = torch.randn(2, 4, 7, 1, dtype=torch.float64).expand(2, 4, 7, 13)
+    y = layer(x)
+    torch.testing.assert_close(y, y[..., :1].expand_as(y), rtol=0, atol=1e-12)
+    off = _layer(deploy=True, lag_remap=False).double().eval()
+    off.load_state_dict(layer.state_dict())
+    y_off = off(x)
+    assert (y_off - y_off[..., :1]).abs().max() > 1e-3  # without the remap the rows mix columns
+
+
+def test_gradients_flow_at_another_width():
+    layer = _layer().double().train()
+    x = torch.randn(2, 4, 6, 11, dtype=torch.float64, requires_grad=True)
+    layer(x).pow(2).sum().backward()
+    grads = [p.grad for p in layer.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert x.grad is not None
+    # the sparse taps' gradient matches a finite difference through the remapped kernels
+    w = layer.branches[0].sparse.weight
+    eps = 1e-6
+    with torch.no_grad():
+        w[0, 0] += eps
+        plus = layer(x).pow(2).sum()
+        w[0, 0] -= 2 * eps
+        minus = layer(x).pow(2).sum()
+        w[0, 0] += eps
+    torch.testing.assert_close(w.grad[0, 0], (plus - minus) / (2 * eps), rtol=1e-5, atol=1e-6)
+
+
+def test_deployed_layer_keeps_one_adapted_kernel_per_size_until_the_kernel_changes():
+    layer = _trained(_layer())
+    layer.reparameterize()
+    x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x)
+        kernel = layer._adapted[(11, 66)][0]
+        layer(x)
+        assert layer._adapted[(11, 66)][0] is kernel
+        layer.kernel.mul_(2)  # an in-place change drops the adapted kernels
+        torch.testing.assert_close(layer(x), 2 * y - layer.bias[None, :, None, None], rtol=1e-12, atol=1e-12)
+        assert layer._adapted[(11, 66)][0] is not kernel
+        for w in range(9, 30):
+            layer(torch.randn(1, 4, 2, w, dtype=torch.float64))
+        assert len(layer._adapted) <= 9  # 8 sizes and the kernel key
+
+
+def test_grid_is_recorded_and_checked_on_load():
+    layer = _layer()
+    assert layer.state_dict()['nominal_size'].tolist() == list(NOMINAL)
+    sd = layer.state_dict()
+    other = MRConv2d(4, (8, 5), kernel_size=6, kernel_type='fourier_sparse', num_modes=5, num_taps=4)
+    with pytest.raises(RuntimeError, match=r'built for a \(8, 5\) grid .* kernels for \(5, 8\)'):
+        other.load_state_dict(sd)
+    # written by an earlier version (no grid): taken to be the layer's own
+    old = {k: v for k, v in sd.items() if k != 'nominal_size'}
+    fresh = _layer()
+    fresh.load_state_dict(old)
+    x = torch.randn(1, 4, *NOMINAL)
+    torch.testing.assert_close(fresh.eval()(x), layer.eval()(x), rtol=0, atol=0)
+    # a 2-D layer's state dict still fits a 1-D layer of the same length, not one of another
+    MRConv1d(4, 40, kernel_size=6, kernel_type='fourier_sparse', num_modes=5, num_taps=4).load_state_dict(sd)
+    with pytest.raises(RuntimeError, match='5x8 grid'):
+        MRConv1d(4, 45, kernel_size=6, kernel_type='fourier_sparse', num_modes=5, num_taps=4).load_state_dict(sd)
+
+
+def test_bad_input_size():
+    with pytest.raises(ValueError, match='two positive ints'):
+        MRConv2d(4, (5,))
+    with pytest.raises(TypeError, match='input_size must be an int >= 1, got float'):
+        MRConv2d(4, (5, 8.0))
+
+
+@pytest.mark.parametrize('deploy', [False, True])
+def test_compiled_equals_eager_at_another_width(deploy):
+    """torch.compile (inductor, fullgraph) of the layer at a non-nominal size: forward, and for the branched layer a
+    training step's input and parameter gradients, against eager (float32 rounding)."""
+    layer = _trained(_layer()).float()
+    if deploy:
+        layer.reparameterize()
+    x = torch.randn(2, 4, 6, 11)
+    compiled = torch.compile(layer, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), layer(x), rtol=1e-5, atol=1e-5)
+    if deploy:
+        return
+    layer.train()
+    grads = []
+    for fn in (layer, compiled):
+        layer.zero_grad()
+        xi = x.clone().requires_grad_()
+        fn(xi).pow(2).mean().backward()
+        grads.append([xi.grad] + [p.grad.clone() for p in layer.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

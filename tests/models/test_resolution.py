@@ -1,0 +1,97 @@
+"""Checkpoints that move between resolutions, and the lag remap in whole models."""
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+from mrconvnext.layers import MRConv2d
+from tests.models.test_mrconvnext import _briefly_trained
+
+
+def _grids(model) -> list[tuple[int, int]]:
+    return [m.input_size for m in model.modules() if isinstance(m, MRConv2d)]
+
+
+@pytest.mark.parametrize('deployed', [False, True])
+@pytest.mark.parametrize('fmt', ['safetensors', 'training'])
+def test_checkpoint_moves_to_another_img_size_through_timm(tmp_path, deployed, fmt):
+    """A 32-px checkpoint through ``create_model(img_size=48, pretrained=True, pretrained_cfg_overlay=dict(file=))``
+    gives the 32-px model's outputs on 48-px inputs (its kernels, remapped at run time), bitwise."""
+    src = _briefly_trained(img=32, img_size=32, ls_init_value=1.0)
+    if deployed:
+        src.reparameterize()
+    sd = src.state_dict()
+    if fmt == 'safetensors':
+        save_file({k: v.contiguous() for k, v in sd.items()}, path := tmp_path / 'm32.safetensors')
+    else:  # a timm training checkpoint
+        torch.save({'epoch': 3, 'arch': 'mrconvnext_atto', 'state_dict': sd}, path := tmp_path / 'm32.pth.tar')
+    model = timm.create_model(
+        'mrconvnext_atto',
+        img_size=48,
+        num_classes=7,
+        pretrained=True,
+        pretrained_cfg_overlay=dict(file=str(path), num_classes=7),
+    ).eval()
+    assert _grids(model) == _grids(src) and _grids(src)[0] == (8, 8)
+    assert model.is_deployed() == deployed
+    x = torch.randn(2, 3, 48, 48)
+    with torch.no_grad():
+        y, ref = model(x), src(x)
+    assert torch.equal(y, ref)
+    # and load_state_dict into a model built at 48 does the same
+    other = timm.create_model('mrconvnext_atto', img_size=48, num_classes=7).eval()
+    assert _grids(other)[0] == (12, 12)
+    other.load_state_dict(sd)
+    with torch.no_grad():
+        assert torch.equal(other(x), ref)
+
+
+def test_fine_tuning_at_the_new_size_trains_the_checkpoint_kernels():
+    src = _briefly_trained(img=32, img_size=32)
+    model = timm.create_model('mrconvnext_atto', img_size=48, num_classes=7)
+    model.load_state_dict(src.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)  # built after loading: the rebuilt mixers are in it
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    loss = model(torch.randn(4, 3, 48, 48)).logsumexp(-1).mean()
+    loss.backward()
+    opt.step()
+    changed = [k for k, v in model.state_dict().items() if 'conv_dw.branches' in k and not torch.equal(v, before[k])]
+    assert any(k.endswith('.weight') for k in changed) and any(k.endswith('.modes') for k in changed)
+
+
+def test_checkpoints_without_the_grid_record_still_load():
+    """State dicts written before the grid was recorded (no ``nominal_size``) load into a model of their size."""
+    src = _briefly_trained(img=64, img_size=64)
+    old = {k: v for k, v in src.state_dict().items() if not k.endswith('nominal_size')}
+    assert len(old) < len(src.state_dict())
+    model = timm.create_model('mrconvnext_atto', img_size=64, num_classes=7).eval()
+    model.load_state_dict(old)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(model(x), src(x))
+
+
+def test_nominal_size_is_the_old_computation():
+    """At the nominal size the remap never runs: outputs equal a lag_remap=False model's bitwise, train and eval."""
+    model = _briefly_trained(img=64, img_size=64)
+    off = timm.create_model('mrconvnext_atto', img_size=64, num_classes=7, lag_remap=False)
+    off.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    for training in (False, True):
+        model.train(training)
+        off.train(training)
+        with torch.no_grad():
+            assert torch.equal(model(x), off(x))
+
+
+def test_compiled_model_equals_eager_at_another_size():
+    """torch.compile (inductor, fullgraph) of a deployed 32-px model on 48-px inputs, eval."""
+    model = _briefly_trained(img=32, img_size=32, ls_init_value=1.0)
+    model.reparameterize()
+    x = torch.randn(2, 3, 48, 48)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        y, ref = compiled(x), model(x)
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
