@@ -369,7 +369,7 @@ class MRConv1d(ScriptedInPython):
             # a 2-D layer's state dict: it fits a 1-D layer of the same length, its grid has no meaning here
             H, W = state_dict.pop(grid_key).tolist()
             if H * W != self.seq_len:
-                error_msgs.append(f'{prefix!r}: a {H}x{W} grid\'s kernels do not fit seq_len={self.seq_len}')
+                error_msgs.append(f"{prefix!r}: a {H}x{W} grid's kernels do not fit seq_len={self.seq_len}")
                 return
         # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first.
         if not self.deployed and prefix + 'kernel' in state_dict:

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
-from tests.layers.test_mrconv import _dense, _reference_forward, _train_a_little
-from tests.reference import remap_lags_loop, shifted_sum_conv
+from tests.layers.test_mrconv import _reference_forward, _train_a_little
+from tests.reference import shifted_sum_conv
 
 NOMINAL = (5, 8)
 
