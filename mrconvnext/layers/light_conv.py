@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
+from ..ops._args import check_int, check_size2
 from ..ops.light_conv import dynamic_conv1d, light_conv1d
 from ._checks import check_mixer_input
 from ._torchscript import ScriptedInPython, python_forward
@@ -33,25 +34,11 @@ __all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
 
 def _check_options(cls: str, dim: int, kernel_size: int, num_heads: int, weight_dropout: float) -> None:
     for arg, value in (('dim', dim), ('kernel_size', kernel_size), ('num_heads', num_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f'{cls} expects an int {arg}, got {type(value).__name__}')
-        if value < 1:
-            raise ValueError(f'{cls} expects {arg} >= 1, got {value}')
+        check_int(cls, arg, value)
     if dim % num_heads != 0:
         raise ValueError(f'{cls}: dim ({dim}) must be divisible by num_heads ({num_heads})')
     if not 0.0 <= weight_dropout < 1.0:
         raise ValueError(f'{cls} expects 0 <= weight_dropout < 1, got {weight_dropout}')
-
-
-def _check_input_size(cls: str, input_size: object) -> tuple[int, int]:
-    ok = (
-        isinstance(input_size, (tuple, list))
-        and len(input_size) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in input_size)
-    )
-    if not ok:
-        raise ValueError(f'{cls} expects input_size as two positive ints (H, W), got {input_size!r}')
-    return int(input_size[0]), int(input_size[1])
 
 
 class _HeadConv1d(ScriptedInPython):
@@ -155,7 +142,7 @@ class _RowMajor2d:
         bias: bool = False,
     ) -> None:
         super().__init__(dim, kernel_size, num_heads, causal=causal, weight_dropout=weight_dropout, bias=bias)
-        self.input_size = _check_input_size(type(self).__name__, input_size)
+        self.input_size = check_size2(type(self).__name__, 'input_size', input_size)
 
     @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:

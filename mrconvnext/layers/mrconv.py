@@ -44,7 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-from ..ops._args import check_int
+from ..ops._args import check_int, check_size2
 from ..ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from ..ops.lag_remap import remap_lags
 from ..ops.long_conv import long_conv1d
@@ -64,6 +64,7 @@ __all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'num_branche
 
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
+_SIZES = ('dim', 'seq_len', 'max_branches')
 _ADAPTED_CACHE_SIZE = 8  # adapted deployed kernels kept per layer: a detection backbone alternates a few sizes
 
 
@@ -124,12 +125,11 @@ class MRConv1d(ScriptedInPython):
             raise ValueError(f'kernel_type must be one of {KERNEL_TYPES}, got {kernel_type!r}')
         if combine not in COMBINE_MODES:
             raise ValueError(f'combine must be one of {COMBINE_MODES}, got {combine!r}')
-        if dim < 1 or seq_len < 1 or max_branches < 1:
-            raise ValueError(f'dim, seq_len and max_branches must be >= 1, got {dim}, {seq_len}, {max_branches}')
+        cls = type(self).__name__
+        dim, seq_len, max_branches = (check_int(cls, n, v) for n, v in zip(_SIZES, (dim, seq_len, max_branches)))
         if kernel_size is None:
             kernel_size = math.ceil(seq_len / 2 ** (max_branches - 1))
-        if kernel_size < 1:
-            raise ValueError(f'kernel_size must be >= 1, got {kernel_size}')
+        kernel_size = check_int(cls, 'kernel_size', kernel_size)
         self.dim = dim
         self.seq_len = seq_len
         self.kernel_size = kernel_size
@@ -408,9 +408,7 @@ class MRConv2d(MRConv1d):
     """
 
     def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: bool = True, **kwargs) -> None:
-        if not isinstance(input_size, (tuple, list)) or len(input_size) != 2:
-            raise ValueError(f'MRConv2d expects input_size as two positive ints (H, W), got {input_size!r}')
-        H, W = (check_int('MRConv2d', 'input_size', s) for s in input_size)
+        H, W = check_size2(type(self).__name__, 'input_size', input_size)
         super().__init__(dim, H * W, **kwargs)
         self.input_size = (H, W)
         self.lag_remap = bool(lag_remap)

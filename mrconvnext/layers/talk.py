@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
+from ..ops._args import check_int, check_size2
 from ..ops._autocast import autocast_off
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
 from ._checks import check_mixer_input
@@ -28,29 +29,17 @@ from ._torchscript import ScriptedInPython, python_forward
 __all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
 
 
-def _positive_int(cls: str, name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f'{cls}: {name} must be an int, got {type(value).__name__}')
-    if value < 1:
-        raise ValueError(f'{cls}: {name} must be >= 1, got {value}')
-    return value
-
-
 def _resolve_max(cls: str, name: str, value: int | None, extent: int | None) -> int:
     if value is None:
         if extent is None:
             raise ValueError(f'{cls}: {name}=None needs the nominal size (seq_len / input_size) for its default')
         return extent // 2
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f'{cls}: {name} must be an int >= 0, got {type(value).__name__}')
-    if value < 0:
-        raise ValueError(f'{cls}: {name} must be >= 0, got {value}')
-    return value
+    return check_int(cls, name, value, minimum=0)
 
 
 def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, backend: str) -> None:
-    _positive_int(cls, 'dim', dim)
-    _positive_int(cls, 'num_heads', num_heads)
+    check_int(cls, 'dim', dim)
+    check_int(cls, 'num_heads', num_heads)
     if dim % num_heads != 0:
         raise ValueError(f'{cls}: num_heads ({num_heads}) must divide dim ({dim})')
     if not 0.0 <= offsets_dropout <= 1.0:
@@ -98,7 +87,7 @@ class TaLKConv1d(ScriptedInPython):
         cls = type(self).__name__
         _check_common(cls, dim, num_heads, offsets_dropout, backend)
         if seq_len is not None:
-            _positive_int(cls, 'seq_len', seq_len)
+            check_int(cls, 'seq_len', seq_len)
         if causal:
             if max_right not in (None, 0):
                 raise ValueError(f'{cls}: causal=True needs max_right=0 (or None), got {max_right}')
@@ -174,9 +163,7 @@ class TaLKConv2d(ScriptedInPython):
         super().__init__()
         cls = type(self).__name__
         _check_common(cls, dim, num_heads, offsets_dropout, backend)
-        H, W = input_size
-        _positive_int(cls, 'input_size[0]', H)
-        _positive_int(cls, 'input_size[1]', W)
+        H, W = check_size2(cls, 'input_size', input_size)
         self.dim, self.input_size, self.num_heads = dim, (H, W), num_heads
         self.max_left = _resolve_max(cls, 'max_left', max_left, W)
         self.max_right = _resolve_max(cls, 'max_right', max_right, W)

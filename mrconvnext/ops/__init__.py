@@ -3,6 +3,7 @@
 from ._native import build_fftconv_cpu, build_talk_cpu
 from .branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .decompositions import decompositions
+from .lag_remap import remap_lags, remapped_layout
 from .light_conv import dynamic_conv1d, light_conv1d
 from .long_conv import choose_backend, circular_kernel, crop_kernel, fft_length, fft_size, long_conv1d
 from .talk import (
@@ -17,6 +18,8 @@ from .talk import (
 
 __all__ = [
     'long_conv1d',
+    'remap_lags',
+    'remapped_layout',
     'branch_conv_bn_sum',
     'branch_conv_bn_sum_supported',
     'fft_size',

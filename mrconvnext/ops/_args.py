@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ['check_int']
+__all__ = ['check_int', 'check_size2']
 
 
 def check_int(owner: str, name: str, value: object, minimum: int = 1) -> int:
@@ -19,3 +19,10 @@ def check_int(owner: str, name: str, value: object, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f'{owner}: {name} must be an int >= {minimum}, got {value}')
     return value
+
+
+def check_size2(owner: str, name: str, value: object) -> tuple[int, int]:
+    """``value`` as ``(H, W)`` if it is a pair of positive ints, else a ``ValueError`` / ``TypeError`` naming it."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f'{owner} expects {name} as two positive ints (H, W), got {value!r}')
+    return check_int(owner, f'{name}[0]', value[0]), check_int(owner, f'{name}[1]', value[1])

@@ -39,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._args import check_int
 from ._autocast import autocast_off
 from .long_conv import long_conv1d
 
@@ -89,10 +90,7 @@ def _check_bias(name: str, x: torch.Tensor, bias: object) -> None:
 
 
 def _check_heads(name: str, channels: int, num_heads: int) -> None:
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
-        raise TypeError(f'{name} expects an int num_heads, got {type(num_heads).__name__}')
-    if num_heads < 1:
-        raise ValueError(f'{name} expects num_heads >= 1, got {num_heads}')
+    check_int(name, 'num_heads', num_heads)
     if channels % num_heads != 0:
         raise ValueError(f'{name}: channels ({channels}) must be divisible by num_heads ({num_heads})')
 

@@ -35,13 +35,13 @@ warning).
 
 from __future__ import annotations
 
-import operator
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from . import _native
+from ._args import check_int
 from ._warnings import warn_once
 
 __all__ = [
@@ -66,15 +66,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check_max(name: str, value: int) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f'{name}: expected an int >= 0, got bool')
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f'{name}: expected an int >= 0, got {type(value).__name__}') from None
-    if value < 0:
-        raise ValueError(f'{name}: expected an int >= 0, got {value}')
-    return value
+    return check_int('talk', name, value, minimum=0)
 
 
 def _check_inputs(x: torch.Tensor, offsets: torch.Tensor, spatial: int) -> int:

@@ -190,11 +190,11 @@ def test_2d_constructor_contract() -> None:
 def test_bad_constructor_args(cls: type) -> None:
     with pytest.raises(ValueError, match=r'dim \(10\) must be divisible by num_heads \(4\)'):
         cls(10, 3, 4)
-    with pytest.raises(ValueError, match='kernel_size >= 1, got 0'):
+    with pytest.raises(ValueError, match='kernel_size must be an int >= 1, got 0'):
         cls(8, 0, 4)
-    with pytest.raises(ValueError, match='num_heads >= 1, got 0'):
+    with pytest.raises(ValueError, match='num_heads must be an int >= 1, got 0'):
         cls(8, 3, 0)
-    with pytest.raises(TypeError, match='int kernel_size, got float'):
+    with pytest.raises(TypeError, match='kernel_size must be an int >= 1, got float'):
         cls(8, 3.0, 4)
     with pytest.raises(ValueError, match='0 <= weight_dropout < 1, got 1.0'):
         cls(8, 3, 4, weight_dropout=1.0)
@@ -202,8 +202,13 @@ def test_bad_constructor_args(cls: type) -> None:
 
 @pytest.mark.parametrize('cls', [LightConv2d, DynamicConv2d])
 def test_bad_input_size(cls: type) -> None:
-    for bad in ((7,), (7, 0), 7, (7.0, 7)):
-        with pytest.raises(ValueError, match=r'two positive ints \(H, W\), got'):
+    for bad, error, match in (
+        ((7,), ValueError, r'two positive ints \(H, W\), got \(7,\)'),
+        (7, ValueError, r'two positive ints \(H, W\), got 7'),
+        ((7, 0), ValueError, r'input_size\[1\] must be an int >= 1, got 0'),
+        ((7.0, 7), TypeError, r'input_size\[0\] must be an int >= 1, got float'),
+    ):
+        with pytest.raises(error, match=match):
             cls(8, bad)
 
 

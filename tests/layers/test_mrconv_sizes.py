@@ -153,7 +153,7 @@ def test_grid_is_recorded_and_checked_on_load():
 def test_bad_input_size():
     with pytest.raises(ValueError, match='two positive ints'):
         MRConv2d(4, (5,))
-    with pytest.raises(TypeError, match='input_size must be an int >= 1, got float'):
+    with pytest.raises(TypeError, match=r'input_size\[1\] must be an int >= 1, got float'):
         MRConv2d(4, (5, 8.0))
 
 

@@ -226,7 +226,7 @@ def test_bad_input_light() -> None:
         light_conv1d(x, torch.ones(2, 3, dtype=torch.int32), num_heads=2)
     with pytest.raises(ValueError, match=r'bias of shape \(4,\), got \(2,\)'):
         light_conv1d(x, w, torch.randn(2), num_heads=2)
-    with pytest.raises(ValueError, match='num_heads >= 1, got 0'):
+    with pytest.raises(ValueError, match='num_heads must be an int >= 1, got 0'):
         light_conv1d(x, w, num_heads=0)
 
 

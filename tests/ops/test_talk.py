@@ -385,9 +385,9 @@ BAD_1D = [
     ((X1, torch.rand(2, 2, 7, 2), 2, 2), ValueError, r'got \(2, 2, 7, 2\)'),
     ((X1, torch.rand(3, 2, 8, 2), 2, 2), ValueError, r'expected shape'),
     ((X1, torch.rand(2, 3, 8, 2), 2, 2), ValueError, r'heads \(3\) must divide the channels \(4\)'),
-    ((X1, O1, -1, 2), ValueError, r'max_left: expected an int >= 0, got -1'),
-    ((X1, O1, 2, -3), ValueError, r'max_right: expected an int >= 0, got -3'),
-    ((X1, O1, 2.5, 2), TypeError, r'max_left: expected an int >= 0, got float'),
+    ((X1, O1, -1, 2), ValueError, r'talk: max_left must be an int >= 0, got -1'),
+    ((X1, O1, 2, -3), ValueError, r'talk: max_right must be an int >= 0, got -3'),
+    ((X1, O1, 2.5, 2), TypeError, r'talk: max_left must be an int >= 0, got float'),
     ((X1.long(), O1, 2, 2), TypeError, r'x: expected a floating-point dtype, got torch.int64'),
     ((X1, O1.int(), 2, 2), TypeError, r'offsets: expected a floating-point dtype, got torch.int32'),
     ((X1.tolist(), O1, 2, 2), TypeError, r'x: expected a torch.Tensor, got list'),
@@ -405,8 +405,8 @@ BAD_2D = [
     ((X1, O2, 1, 1, 1, 1), ValueError, r'4-D tensor \(B, C, H, W\), got shape \(2, 4, 8\)'),
     ((X2, torch.rand(2, 2, 3, 5, 2), 1, 1, 1, 1), ValueError, r'\(B, heads, H, W, 4\) = \(2, heads, 3, 5, 4\)'),
     ((X2, torch.rand(2, 3, 3, 5, 4), 1, 1, 1, 1), ValueError, r'heads \(3\) must divide'),
-    ((X2, O2, 1, 1, -1, 1), ValueError, r'max_top: expected an int >= 0, got -1'),
-    ((X2, O2, 1, 1, 1, True), TypeError, r'max_bottom: expected an int >= 0, got bool'),
+    ((X2, O2, 1, 1, -1, 1), ValueError, r'talk: max_top must be an int >= 0, got -1'),
+    ((X2, O2, 1, 1, 1, True), TypeError, r'talk: max_bottom must be an int >= 0, got bool'),
     ((X2.to(torch.int16), O2, 1, 1, 1, 1), TypeError, r'floating-point dtype, got torch.int16'),
 ]
 
