@@ -13,6 +13,7 @@ the PyTorch implementation (never to zeros). ``MRCONVNEXT_DISABLE_NATIVE=1`` ski
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -77,9 +78,25 @@ def _ensure_ninja() -> None:
             return
 
 
+def _import_cpp_extension():
+    """``torch.utils.cpp_extension`` without its import-time "No CUDA runtime is found" warning: only CPU
+    extensions are built here, so where CUDA is found does not matter."""
+    logger = logging.getLogger('torch.utils.cpp_extension')
+
+    def no_cuda_notice(record: logging.LogRecord) -> bool:
+        return 'No CUDA runtime is found' not in record.getMessage()
+
+    logger.addFilter(no_cuda_notice)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        logger.removeFilter(no_cuda_notice)
+    return cpp_extension
+
+
 def _build(name: str, sources: list[Path], *, verbose: bool) -> ModuleType:
     _ensure_ninja()
-    from torch.utils.cpp_extension import load
+    load = _import_cpp_extension().load
 
     missing = [str(s) for s in sources if not s.exists()]
     if missing:
@@ -89,6 +106,12 @@ def _build(name: str, sources: list[Path], *, verbose: bool) -> ModuleType:
     # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
     # libgomp torch already loaded (same soname).
     cflags, ldflags = ['-O3', '-fopenmp'], ['-fopenmp']
+    if not (build_dir / f'{name}.so').exists():  # a first build takes a while: say so rather than look hung
+        print(
+            f'mrconvnext: building the native CPU kernels {name} (first use, 30-60 s; cached in {build_dir})...',
+            file=sys.stderr,
+            flush=True,
+        )
     start = time.perf_counter()
     module = load(
         name=name,
