@@ -11,7 +11,9 @@
 // padded input, spectra and output of a block stay in the core's cache. torch.fft does the same arithmetic
 // with whole-tensor or per-chunk calls, paying for padded copies, strided gathers and scatters in memory.
 // Sums over the batch (kernel gradients, statistics) go to per-thread partials: no atomics, and the result
-// is deterministic for a given thread count.
+// is deterministic for a given thread count.//
+// Files: dfti_plans.h (the DFTI descriptors and their cache), row_copies.h (gathers, scatters, row moments),
+// branch_combine.h (the BatchNorm combine passes), this file (argument checks, forward, backward, bindings).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -19,195 +21,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <type_traits>
-#include <unordered_map>
 #include <vector>
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
-#include "dfti.h"
+#include "dfti_plans.h"
+#include "row_copies.h"
 
 namespace {
-
-template <typename T>
-struct Prec;
-template <>
-struct Prec<float> {
-  static constexpr uint64_t tag = 0;
-  static MKL_LONG create(DFTI_DESCRIPTOR_HANDLE* h, MKL_LONG n) { return DftiCreateDescriptor_s_1d(h, DFTI_REAL, n); }
-};
-template <>
-struct Prec<double> {
-  static constexpr uint64_t tag = 1;
-  static MKL_LONG create(DFTI_DESCRIPTOR_HANDLE* h, MKL_LONG n) { return DftiCreateDescriptor_d_1d(h, DFTI_REAL, n); }
-};
-
-struct Plan {
-  DFTI_DESCRIPTOR_HANDLE fwd = nullptr;
-  DFTI_DESCRIPTOR_HANDLE bwd = nullptr;
-};
-
-void dfti_check(MKL_LONG status, const char* what) {
-  TORCH_CHECK(status == 0, "fftconv (cpu): ", what, " failed: ", DftiErrorMessage(status));
-}
-
-// In-place batched real transforms of `rows` rows of 2F = 2 (n / 2 + 1) reals: n reals in, F complex out (CCE).
-template <typename T>
-DFTI_DESCRIPTOR_HANDLE make_descriptor(int64_t n, int64_t rows, bool forward) {
-  const MKL_LONG spec = n / 2 + 1;
-  DFTI_DESCRIPTOR_HANDLE h = nullptr;
-  dfti_check(Prec<T>::create(&h, static_cast<MKL_LONG>(n)), "DftiCreateDescriptor");
-  dfti_check(DftiSetValue(h, DFTI_PLACEMENT, DFTI_INPLACE), "DFTI_PLACEMENT");
-  dfti_check(DftiSetValue(h, DFTI_CONJUGATE_EVEN_STORAGE, DFTI_COMPLEX_COMPLEX), "DFTI_CONJUGATE_EVEN_STORAGE");
-  dfti_check(DftiSetValue(h, DFTI_NUMBER_OF_TRANSFORMS, static_cast<MKL_LONG>(rows)), "DFTI_NUMBER_OF_TRANSFORMS");
-  dfti_check(DftiSetValue(h, DFTI_INPUT_DISTANCE, forward ? 2 * spec : spec), "DFTI_INPUT_DISTANCE");
-  dfti_check(DftiSetValue(h, DFTI_OUTPUT_DISTANCE, forward ? spec : 2 * spec), "DFTI_OUTPUT_DISTANCE");
-  dfti_check(DftiSetValue(h, DFTI_THREAD_LIMIT, static_cast<MKL_LONG>(1)), "DFTI_THREAD_LIMIT");  // one task, one thread
-  dfti_check(DftiCommitDescriptor(h), "DftiCommitDescriptor");
-  return h;
-}
-
-// Committed descriptors per thread (a task never shares its descriptor), kept for the thread's lifetime.
-template <typename T>
-const Plan& plan_for(int64_t n, int64_t rows) {
-  thread_local std::unordered_map<uint64_t, Plan> plans;
-  const uint64_t key = (static_cast<uint64_t>(n) << 25) | (Prec<T>::tag << 24) | static_cast<uint64_t>(rows);
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    Plan p;
-    p.fwd = make_descriptor<T>(n, rows, true);
-    p.bwd = make_descriptor<T>(n, rows, false);
-    it = plans.emplace(key, p).first;
-  }
-  return it->second;
-}
-
-// 4 x 4 tile of a channels-last block (position t, channel c at p[t * sp + c]) <-> the same tile of a row-major
-// buffer (c, t at q[c * ld + t]), optionally scaled and shifted per channel on the way to the channels-last side.
-// Copying whole tiles keeps every load and store on a few cache lines; the element-wise loop touched one buffer
-// row (n elements apart) per element and took about a third of the fused forward's non-FFT time at stage 1.
-template <typename T>
-inline void tile_cl_to_rows(const T* p, int64_t sp, T* q, int64_t ld) {
-#if defined(__SSE__)
-  if constexpr (std::is_same_v<T, float>) {
-    __m128 r0 = _mm_loadu_ps(p), r1 = _mm_loadu_ps(p + sp), r2 = _mm_loadu_ps(p + 2 * sp), r3 = _mm_loadu_ps(p + 3 * sp);
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-    _mm_storeu_ps(q, r0), _mm_storeu_ps(q + ld, r1), _mm_storeu_ps(q + 2 * ld, r2), _mm_storeu_ps(q + 3 * ld, r3);
-    return;
-  }
-#endif
-  for (int64_t c = 0; c < 4; ++c)
-    for (int64_t t = 0; t < 4; ++t) q[c * ld + t] = p[t * sp + c];
-}
-
-template <typename T>
-inline void tile_rows_to_cl(const T* q, int64_t ld, T scale, const T* shift, T* p, int64_t sp) {
-#if defined(__SSE__)
-  if constexpr (std::is_same_v<T, float>) {
-    __m128 r0 = _mm_loadu_ps(q), r1 = _mm_loadu_ps(q + ld), r2 = _mm_loadu_ps(q + 2 * ld), r3 = _mm_loadu_ps(q + 3 * ld);
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-    const __m128 sc = _mm_set1_ps(scale), sh = _mm_loadu_ps(shift);
-    _mm_storeu_ps(p, _mm_add_ps(_mm_mul_ps(r0, sc), sh));
-    _mm_storeu_ps(p + sp, _mm_add_ps(_mm_mul_ps(r1, sc), sh));
-    _mm_storeu_ps(p + 2 * sp, _mm_add_ps(_mm_mul_ps(r2, sc), sh));
-    _mm_storeu_ps(p + 3 * sp, _mm_add_ps(_mm_mul_ps(r3, sc), sh));
-    return;
-  }
-#endif
-  for (int64_t t = 0; t < 4; ++t)
-    for (int64_t c = 0; c < 4; ++c) p[t * sp + c] = q[c * ld + t] * scale + shift[c];
-}
-
-// Zero columns [L, n) of each of `rows` rows ld apart: the padding of an in-place transform's input, which the
-// previous transform in the same buffer overwrote.
-template <typename T>
-void zero_tails(T* buf, int64_t rows, int64_t ld, int64_t L, int64_t n) {
-  for (int64_t c = 0; c < rows; ++c) std::fill(buf + c * ld + L, buf + c * ld + n, T(0));
-}
-
-// rows sequences of length L (element (c, t) at src[c * sc + t * st]) -> the first L columns of dst (rows, ld).
-template <typename T>
-void gather_rows(const T* src, int64_t sc, int64_t st, int64_t rows, int64_t L, int64_t ld, T* dst) {
-  if (sc == 1) {  // channels-last: 4 x 4 tiles, then the ragged edges element by element
-    const int64_t L4 = L - L % 4, R4 = rows - rows % 4;
-    for (int64_t t = 0; t < L4; t += 4)
-      for (int64_t c = 0; c < R4; c += 4) tile_cl_to_rows(src + t * st + c, st, dst + c * ld + t, ld);
-    for (int64_t c = R4; c < rows; ++c)
-      for (int64_t t = 0; t < L4; ++t) dst[c * ld + t] = src[t * st + c];
-    for (int64_t t = L4; t < L; ++t)
-      for (int64_t c = 0; c < rows; ++c) dst[c * ld + t] = src[t * st + c];
-  } else {
-    for (int64_t c = 0; c < rows; ++c)
-      for (int64_t t = 0; t < L; ++t) dst[c * ld + t] = src[c * sc + t * st];
-  }
-}
-
-// dst(c, t) = src[c * ld + t] * scale + bias[c] for t < L (bias may be null); dst element at c * dc + t * dt.
-template <typename T>
-void scatter_rows(const T* src, int64_t ld, int64_t rows, int64_t L, T scale, const T* bias, T* dst, int64_t dc,
-                  int64_t dt) {
-  if (dc == 1) {  // channels-last: 4 x 4 tiles, then the ragged edges element by element
-    const int64_t L4 = L - L % 4, R4 = rows - rows % 4;
-    const T zeros[4] = {T(0), T(0), T(0), T(0)};
-    for (int64_t t = 0; t < L4; t += 4)
-      for (int64_t c = 0; c < R4; c += 4)
-        tile_rows_to_cl(src + c * ld + t, ld, scale, bias ? bias + c : zeros, dst + t * dt + c, dt);
-    for (int64_t t = 0; t < L; ++t)
-      for (int64_t c = t < L4 ? R4 : 0; c < rows; ++c) dst[t * dt + c] = src[c * ld + t] * scale + (bias ? bias[c] : T(0));
-  } else {
-    for (int64_t c = 0; c < rows; ++c) {
-      const T bc = bias ? bias[c] : T(0);
-      for (int64_t t = 0; t < L; ++t) dst[c * dc + t * dt] = src[c * ld + t] * scale + bc;
-    }
-  }
-}
-
-// Moments of one row u[t] = v[t] * scale + shift, t < L, in double and in two passes over the row (it is in cache
-// right after its inverse transform): mean, then the sum of squared deviations from it. E[u^2] - E[u]^2 would cancel
-// catastrophically when |mean| >> std (a residual stream with a large mean): at mean 1000 that lost 4e-2 of a unit
-// variance in float32.
-template <typename T>
-void row_moments(const T* v, int64_t L, T scale, T shift, double* mean, double* m2) {
-  double s[8] = {};
-  int64_t t = 0;
-  for (; t + 8 <= L; t += 8)
-    for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(v[t + j] * scale + shift);
-  double total = 0;
-  for (int j = 0; j < 8; ++j) total += s[j];
-  for (; t < L; ++t) total += static_cast<double>(v[t] * scale + shift);
-  const double mu = total / static_cast<double>(L);
-  double q[8] = {};
-  t = 0;
-  for (; t + 8 <= L; t += 8)
-    for (int j = 0; j < 8; ++j) {
-      const double d = static_cast<double>(v[t + j] * scale + shift) - mu;
-      q[j] += d * d;
-    }
-  double dev = 0;
-  for (int j = 0; j < 8; ++j) dev += q[j];
-  for (; t < L; ++t) {
-    const double d = static_cast<double>(v[t] * scale + shift) - mu;
-    dev += d * d;
-  }
-  *mean = mu;
-  *m2 = dev;
-}
-
-// Merge a group of n_b values with mean mean_b and squared deviations m2_b into acc = [count, mean, m2] (Chan et al.'s
-// pairwise update; stable whatever the means).
-inline void merge_moments(double* acc, double n_b, double mean_b, double m2_b) {
-  const double n_a = acc[0];
-  if (n_a == 0) {
-    acc[0] = n_b, acc[1] = mean_b, acc[2] = m2_b;
-    return;
-  }
-  const double n = n_a + n_b, d = mean_b - acc[1];
-  acc[1] += d * (n_b / n);
-  acc[2] += m2_b + d * d * (n_a * n_b / n);
-  acc[0] = n;
-}
 
 template <typename T>
 using Complex = c10::complex<T>;
@@ -468,111 +287,7 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
   return {grad_x, need_k ? partial.sum(0) : at::Tensor()};
 }
 
-// out[b, c, t] = shift[c] + sum_i a[i, c] * (z[b, i, c, t] - center[i, c]); out (B, C, L) with any strides,
-// z (B, N, C, L). Centring each branch on its mean keeps a z with a large mean from cancelling against shift.
-void branch_combine(const at::Tensor& z, const at::Tensor& a, const at::Tensor& center, const at::Tensor& shift,
-                    at::Tensor& out, int64_t block) {
-  check_cpu({&z, &a, &center, &shift, &out});
-  TORCH_CHECK(z.dim() == 4 && out.dim() == 3, "branch_combine: expected z (B, N, C, L) and out (B, C, L)");
-  const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
-  TORCH_CHECK(out.size(0) == B && out.size(1) == C && out.size(2) == L, "branch_combine: out must be (B, C, L)");
-  TORCH_CHECK(a.is_contiguous() && a.dim() == 2 && a.size(0) == N && a.size(1) == C && center.is_contiguous() &&
-                  center.sizes() == a.sizes() && shift.is_contiguous() && shift.numel() == C,
-              "branch_combine: a and center must be contiguous (N, C) and shift a (C,) tensor");
-  TORCH_CHECK(z.scalar_type() == out.scalar_type() && a.scalar_type() == z.scalar_type() &&
-                  center.scalar_type() == z.scalar_type() && shift.scalar_type() == z.scalar_type(),
-              "branch_combine: z, a, center, shift and out must share a dtype");
-  TORCH_CHECK(block >= 1, "branch_combine: block must be >= 1");
-  if (out.numel() == 0) return;
-  block = std::min(block, C);
-  const int64_t nblk = (C + block - 1) / block;
-  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "branch_combine", [&] {
-    using T = scalar_t;
-    const T* zp = z.data_ptr<T>();
-    const T* ap = a.data_ptr<T>();
-    const T* mp = center.data_ptr<T>();
-    const T* sp = shift.data_ptr<T>();
-    T* op = out.data_ptr<T>();
-    const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
-    at::parallel_for(0, B * nblk, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> tmp(block * L);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t b = task / nblk, c0 = (task % nblk) * block, rows = std::min(block, C - c0);
-        for (int64_t c = 0; c < rows; ++c) {
-          T* dst = tmp.data() + c * L;
-          std::fill(dst, dst + L, sp[c0 + c]);
-          for (int64_t i = 0; i < N; ++i) {
-            const T ai = ap[i * C + c0 + c], mi = mp[i * C + c0 + c];
-            const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
-            for (int64_t t = 0; t < L; ++t) dst[t] += ai * (zr[t * zs_t] - mi);
-          }
-        }
-        scatter_rows(tmp.data(), L, rows, L, T(1), static_cast<const T*>(nullptr),
-                     op + b * out.stride(0) + c0 * out.stride(1), out.stride(1), out.stride(2));
-      }
-    });
-  });
-}
-
-// Row 0: sum_{b,t} g[b, c, t]; row 1 + i: sum_{b,t} g[b, c, t] * (z[b, i, c, t] - mean[i, c]). (N + 1, C) float64,
-// accumulated in double: sum g z - mean sum g would cancel for a large mean.
-at::Tensor branch_grad_stats(const at::Tensor& g, const at::Tensor& z, const at::Tensor& mean, int64_t block) {
-  check_cpu({&g, &z, &mean});
-  TORCH_CHECK(g.dim() == 3 && z.dim() == 4, "branch_grad_stats: expected g (B, C, L) and z (B, N, C, L)");
-  const int64_t B = z.size(0), N = z.size(1), C = z.size(2), L = z.size(3);
-  TORCH_CHECK(g.size(0) == B && g.size(1) == C && g.size(2) == L && g.scalar_type() == z.scalar_type(),
-              "branch_grad_stats: g must be (B, C, L) of z's dtype");
-  TORCH_CHECK(mean.scalar_type() == at::kDouble && mean.is_contiguous() && mean.dim() == 2 && mean.size(0) == N &&
-                  mean.size(1) == C,
-              "branch_grad_stats: mean must be a contiguous (N, C) float64 tensor");
-  TORCH_CHECK(block >= 1, "branch_grad_stats: block must be >= 1");
-  at::Tensor out = at::zeros({N + 1, C}, z.options().dtype(at::kDouble));
-  if (z.numel() == 0) return out;
-  block = std::min(block, C);
-  const int64_t nblk = (C + block - 1) / block;
-  AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "branch_grad_stats", [&] {
-    using T = scalar_t;
-    const T* gp = g.data_ptr<T>();
-    const T* zp = z.data_ptr<T>();
-    const double* mp = mean.data_ptr<double>();
-    double* op = out.data_ptr<double>();
-    const int64_t zs_b = z.stride(0), zs_i = z.stride(1), zs_c = z.stride(2), zs_t = z.stride(3);
-    at::parallel_for(0, nblk, 1, [&](int64_t begin, int64_t end) {  // a task owns its channels: no races
-      std::vector<T> gbuf(block * L);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t c0 = task * block, rows = std::min(block, C - c0);
-        for (int64_t b = 0; b < B; ++b) {
-          gather_rows(gp + b * g.stride(0) + c0 * g.stride(1), g.stride(1), g.stride(2), rows, L, L, gbuf.data());
-          for (int64_t c = 0; c < rows; ++c) {
-            const T* gr = gbuf.data() + c * L;
-            double s[8] = {};
-            int64_t t = 0;
-            for (; t + 8 <= L; t += 8)
-              for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(gr[t + j]);
-            double acc = 0;
-            for (int j = 0; j < 8; ++j) acc += s[j];
-            for (; t < L; ++t) acc += gr[t];
-            op[c0 + c] += acc;
-            for (int64_t i = 0; i < N; ++i) {
-              const T* zr = zp + b * zs_b + i * zs_i + (c0 + c) * zs_c;
-              const double m = mp[i * C + c0 + c];
-              double q[8] = {};
-              t = 0;
-              if (zs_t == 1)
-                for (; t + 8 <= L; t += 8)
-                  for (int j = 0; j < 8; ++j) q[j] += static_cast<double>(gr[t + j]) * (static_cast<double>(zr[t + j]) - m);
-              double dacc = 0;
-              for (int j = 0; j < 8; ++j) dacc += q[j];
-              for (; t < L; ++t) dacc += static_cast<double>(gr[t]) * (static_cast<double>(zr[t * zs_t]) - m);
-              op[(1 + i) * C + c0 + c] += dacc;
-            }
-          }
-        }
-      }
-    });
-  });
-  return out;
-}
+#include "branch_combine.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Fused depthwise FFT convolution (+ branch BatchNorm passes), CPU, oneMKL DFTI from libtorch_cpu";
@@ -589,6 +304,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("block"), py::arg("z") = py::none(), py::arg("coef") = py::none());
   m.def("branch_combine", &branch_combine, "out[b, c, t] = shift[c] + sum_i a[i, c] (z[b, i, c, t] - center[i, c])",
         py::arg("z"), py::arg("a"), py::arg("center"), py::arg("shift"), py::arg("out"), py::arg("block"));
+  m.def("plan_counts", &plan_counts, "(created, freed): DFTI descriptors of the per-thread plan caches so far");
   m.def("branch_grad_stats", &branch_grad_stats,
         "(N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * (z_i - mean_i)", py::arg("g"),
         py::arg("z"), py::arg("mean"), py::arg("block"));

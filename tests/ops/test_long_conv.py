@@ -380,3 +380,26 @@ def test_fused_kernel_rejects_bad_arguments():
         module.fft_conv_forward(x, torch.randn(1, 3, 3, dtype=torch.complex64), 4, None, out, 4)
     with pytest.raises(RuntimeError, match='grad_y must be'):
         module.fft_conv_backward(x, k_f, 20, out[:, :, :2], True, True, 4)
+
+
+def test_dfti_plan_cache_is_bounded_and_frees_its_descriptors():
+    """The fused kernels' per-thread DFTI plan cache (kernels/fftconv/dfti_plans.h) holds at most 32 (n, rows) plans
+    per thread and precision: convolving at many more transform sizes than that frees the oldest descriptors, so
+    the live count stays bounded, and the results stay right (float64 against the tap loop)."""
+    if _fused_available() is not None:
+        pytest.skip(f'fused kernels unavailable: {_fused_available()}')
+    mod = _native.load_fftconv_cpu()
+    created0, freed0 = mod.plan_counts()
+    k = torch.randn(3, 9, dtype=torch.float64)
+    sizes = set()
+    for L in range(20, 400, 4):
+        x = torch.randn(1, 3, L, dtype=torch.float64)
+        y = long_conv1d(x, k, zero_lag=4, backend='fft')
+        sizes.add(fft_length(L, 9, 4))
+        if L % 100 == 0:
+            torch.testing.assert_close(y, shifted_sum_conv(x, k, 4), rtol=1e-10, atol=1e-10)
+    created, freed = mod.plan_counts()
+    assert len(sizes) > 40
+    assert created - created0 >= 2 * (len(sizes) - 32)  # at most 32 of them were cached before (fwd + bwd each)
+    assert freed - freed0 > 0
+    assert created - freed <= 2 * 32 * 2 * max(torch.get_num_threads(), 1) + 2 * 32  # both precisions, every thread
