@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from . import _native
-from .long_conv import _check, _fused_rows, circular_kernel, crop_kernel, fft_length
+from .kernel_layout import circular_kernel, crop_kernel, fft_length
+from .long_conv import _check, _fused_rows
 
 __all__ = ['branch_conv_bn_sum', 'branch_conv_bn_sum_supported']
 

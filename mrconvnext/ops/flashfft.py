@@ -19,6 +19,8 @@ import importlib
 
 import torch
 
+from .kernel_layout import circular_kernel
+
 __all__ = ['available', 'supports', 'conv1d', 'fft_size']
 
 _MIN_N, _MAX_N = 256, 4 * 1024 * 1024
@@ -86,8 +88,6 @@ def conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor
 
     Callers check :func:`supports` first; ``long_conv1d`` does.
     """
-    from .long_conv import circular_kernel
-
     n = fft_size(_required(x.shape[-1], kernel.shape[-1], zero_lag))
     conv = _get(n, x.dtype, x.device)
     if hasattr(conv, 'train'):

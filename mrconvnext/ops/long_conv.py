@@ -28,7 +28,6 @@ result is returned in the input dtype.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 
 import torch
@@ -37,6 +36,7 @@ import torch.nn.functional as F
 from . import _native, flashfft
 from ._autocast import autocast_off
 from ._warnings import warn_once
+from .kernel_layout import circular_kernel, crop_kernel, fft_length, fft_size
 
 __all__ = [
     'long_conv1d',
@@ -56,53 +56,6 @@ _DIRECT_MAX_TAPS = 64
 # explicit F.pad + unpadded conv (K=63: 128 vs 20 ms, 1 thread). For K <= 13 the built-in
 # padding was 10-20% faster (it skips the padded copy); K=15 measured either way.
 _CPU_NATIVE_PAD_MAX = 6
-
-
-@functools.cache
-def fft_size(n: int) -> int:
-    """Smallest 7-smooth integer (2^a 3^b 5^c 7^d) that is ``>= n``.
-
-    pocketfft (CPU) and cuFFT both have native radix-2/3/5/7 codelets. On this project's CPU
-    benchmark (``scripts/bench_mrconv.py --fft-sizes``) the next 7-smooth size beat the next
-    power of two by 20-35% at the ConvNeXt stage lengths, and sizes with a larger prime factor
-    were up to 5x slower.
-    """
-    if n < 1:
-        raise ValueError(f'fft_size expects a positive length, got {n}')
-    m = n
-    while True:
-        r = m
-        for p in (2, 3, 5, 7):
-            while r % p == 0:
-                r //= p
-        if r == 1:
-            return m
-        m += 1
-
-
-def crop_kernel(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, int]:
-    """Drop the lags that cannot reach any of ``length`` outputs (``|tau| >= length``).
-
-    Returns the cropped kernel and its new ``zero_lag``.
-    """
-    K = kernel.shape[-1]
-    lo = max(0, zero_lag - (length - 1))
-    hi = min(K, zero_lag + length)
-    if lo == 0 and hi == K:
-        return kernel, zero_lag
-    return kernel[..., lo:hi], zero_lag - lo
-
-
-def circular_kernel(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
-    """Lay a kernel out on a circle of size ``n``: lag ``tau`` goes to index ``tau mod n``.
-
-    ``kernel`` is ``(..., K)`` with ``K <= n``; returns ``(..., n)``.
-    """
-    K = kernel.shape[-1]
-    if K > n:
-        raise ValueError(f'kernel of {K} taps does not fit a circle of size {n}')
-    pad = kernel.new_zeros(*kernel.shape[:-1], n - K)
-    return torch.cat([kernel[..., zero_lag:], pad, kernel[..., :zero_lag]], dim=-1)
 
 
 def choose_backend(x: torch.Tensor, kernel_taps: int, zero_lag: int) -> str:
@@ -137,15 +90,6 @@ def _check(
         )
     if bias is not None and bias.shape != (C,):
         raise ValueError(f'{name} expects a bias of shape ({C},), got {tuple(bias.shape)}')
-
-
-def fft_length(length: int, taps: int, zero_lag: int) -> int:
-    """FFT size for ``length`` outputs of a ``taps``-tap kernel: no wrap-around, then :func:`fft_size`.
-
-    Past lags need ``n >= length + (taps - 1 - zero_lag)``, future lags ``n >= length + zero_lag``.
-    """
-    size = fft_size.__wrapped__ if torch.compiler.is_compiling() else fft_size  # dynamo traces, not caches
-    return size(length + max(taps - 1 - zero_lag, zero_lag))
 
 
 def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
