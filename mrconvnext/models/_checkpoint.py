@@ -19,13 +19,15 @@ from collections.abc import Mapping
 
 import torch
 
-__all__ = ['read_state_dict', 'MODEL_KEYS', 'EMA_KEYS']
+__all__ = ['read_state_dict', 'read_checkpoint', 'MODEL_KEYS', 'EMA_KEYS']
 
 MODEL_KEYS = ('state_dict', 'model', 'module')
 EMA_KEYS = ('state_dict_ema', 'model_ema')
 
 
-def _load_file(path: str) -> object:
+def read_checkpoint(path: str | os.PathLike) -> object:
+    """The object a checkpoint file holds (weights only; see the module docstring for the formats and errors)."""
+    path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f'no checkpoint file at {path}')
     if not os.path.isfile(path):
@@ -57,7 +59,7 @@ def read_state_dict(
         ckpt = source
     elif isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
-        ckpt = _load_file(name)
+        ckpt = read_checkpoint(name)
     else:
         raise TypeError(f'expected a checkpoint path or a state dict, got {type(source).__name__}')
     if not isinstance(ckpt, Mapping):

@@ -6,7 +6,9 @@ import csv
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ __all__ = [
     'read_results',
     'CHECKPOINT_KEYS',
     'evaluate',
+    'amp_autocast',
 ]
 
 _logger = logging.getLogger('mrconvnext.tools')
@@ -59,6 +62,25 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def default_device() -> str:
     return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+AMP_DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16}
+
+
+def amp_autocast(
+    amp: bool, amp_dtype: str, device: torch.device | str
+) -> tuple[Callable[[], AbstractContextManager], torch.dtype | None]:
+    """The tools' one AMP rule: ``(autocast context factory, dtype)``, ``(suppress, None)`` without ``--amp``.
+
+    ``--amp-dtype`` (``float16`` / ``bfloat16``) on accelerators; on the CPU always bfloat16, the dtype its autocast
+    runs fast. A ``float16`` run on CUDA also needs a loss scaler (train decides that from the dtype)."""
+    if amp_dtype not in AMP_DTYPES:
+        raise ValueError(f'--amp-dtype must be one of {tuple(AMP_DTYPES)}, got {amp_dtype!r}')
+    if not amp:
+        return suppress, None
+    device_type = torch.device(device).type
+    dtype = torch.bfloat16 if device_type == 'cpu' else AMP_DTYPES[amp_dtype]
+    return partial(torch.autocast, device_type=device_type, dtype=dtype), dtype
 
 
 def is_zoo_model(name: str) -> bool:
@@ -238,20 +260,20 @@ def evaluate(
     desc: str = 'eval',
     channels_last: bool = False,
 ) -> dict[str, float]:
-    """Top-1 / top-5 accuracy (percent) and mean cross-entropy over a loader.
+    """Top-1 / top-5 accuracy (percent) and mean cross-entropy over a loader, with timm's ``accuracy`` and
+    ``AverageMeter``.
 
-    Counts are summed (and, when ``distributed``, all-reduced) exactly, so the result is the accuracy
-    over the samples seen, not an average of per-batch averages. Returns ``loss``, ``top1``,
-    ``top5`` and ``samples``.
+    The meters weight each batch by its size, and across processes their sums are added (``reduce_tensor`` with
+    ``n=1``) before dividing by the total count, so the result is the accuracy over all samples seen, not an
+    average of per-batch or per-process averages. Returns ``loss``, ``top1``, ``top5`` and ``samples``.
     """
-    from contextlib import suppress
-
+    from timm.utils import AverageMeter, accuracy, reduce_tensor
     from tqdm import tqdm
 
     amp_autocast = amp_autocast or suppress
     was_training = model.training
     model.eval()
-    totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss sum, top1, top5, n
+    meters = {k: AverageMeter() for k in ('loss', 'top1', 'top5')}
     for x, y in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True, mininterval=1.0):
         x, y = x.to(device), y.to(device)
         if channels_last:
@@ -259,20 +281,19 @@ def evaluate(
         with amp_autocast():
             out = model(x)
         out = out.float()
-        k = min(5, out.shape[-1])
-        topk = out.topk(k, dim=-1).indices
-        hit = topk == y.unsqueeze(-1)
-        totals[0] += torch.nn.functional.cross_entropy(out, y, reduction='sum').double()
-        totals[1] += hit[:, :1].sum()
-        totals[2] += hit.sum()
-        totals[3] += y.numel()
+        top1, top5 = accuracy(out, y, topk=(1, 5))
+        n = y.numel()
+        meters['loss'].update(torch.nn.functional.cross_entropy(out, y).item(), n)
+        meters['top1'].update(top1.item(), n)
+        meters['top5'].update(top5.item(), n)
+    sums = torch.tensor([m.sum for m in meters.values()] + [meters['loss'].count], dtype=torch.float64)
     if distributed:
-        torch.distributed.all_reduce(totals)
+        sums = reduce_tensor(sums.to(device), 1).cpu()
     model.train(was_training)
-    n = max(totals[3].item(), 1.0)
+    count = max(sums[3].item(), 1.0)
     return {
-        'loss': totals[0].item() / n,
-        'top1': 100.0 * totals[1].item() / n,
-        'top5': 100.0 * totals[2].item() / n,
-        'samples': int(totals[3].item()),
+        'loss': sums[0].item() / count,
+        'top1': sums[1].item() / count,
+        'top5': sums[2].item() / count,
+        'samples': int(sums[3].item()),
     }

@@ -39,9 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import suppress
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +95,6 @@ def _parse_spec(spec: str) -> tuple[str, str]:
     return name, variant or 'as-built'
 
 
-def _autocast(args: argparse.Namespace, device: torch.device):
-    if not args.amp:
-        return suppress
-    dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' or device.type == 'cpu' else torch.float16
-    return partial(torch.autocast, device_type=device.type, dtype=dtype)
-
-
 def _build(spec: str, args: argparse.Namespace, device: torch.device, deploy_direct: bool = False) -> nn.Module:
     name, variant = _parse_spec(spec)
     extra = {}
@@ -131,7 +122,7 @@ class _Entry:
 
 
 def _steps(model: nn.Module, args: argparse.Namespace, device: torch.device, train: bool):
-    autocast = _autocast(args, device)
+    autocast, _ = _common.amp_autocast(args.amp, args.amp_dtype, device)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device).contiguous(memory_format=fmt)
     y = torch.randint(0, args.num_classes, (args.batch_size,), device=device)

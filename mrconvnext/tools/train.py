@@ -37,9 +37,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from contextlib import suppress
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,7 @@ import yaml
 from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
 from timm.data.mixup import FastCollateMixup
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.models import clean_state_dict
+from timm.models import resume_checkpoint
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
@@ -59,11 +57,14 @@ from timm.utils import (
     ParseKwargs,
     dispatch_clip_grad,
     distribute_bn,
+    get_outdir,
     init_distributed_device,
     random_seed,
+    unwrap_model,
     update_summary,
 )
 
+from ..models._checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
 from . import _common
 from ._common import evaluate
 from ._compat import patch_timm_posterize
@@ -230,30 +231,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def kernel_param_groups(
     model: nn.Module, weight_decay: float, kernel_lr: float, kernel_weight_decay: float = 0.0
 ) -> list[dict[str, Any]] | None:
-    """Parameter groups with the long kernels apart (App. D.1.1), or ``None`` for timm's defaults.
+    """timm's decay / no-decay split (``timm.optim.param_groups_weight_decay``: 1-D tensors, biases and the names in
+    ``model.no_weight_decay()`` without decay) with the long kernels taken out into a third group (App. D.1.1), or
+    ``None`` for timm's defaults.
 
-    Groups: ``decay`` (weight decay, global lr), ``no_decay`` (1-D tensors, biases and the names in
-    ``model.no_weight_decay()`` other than kernels: global lr, no decay), ``kernel`` (the names in
-    ``model.mixer_kernel_parameter_names()``: ``kernel_lr``, ``kernel_weight_decay``). Empty groups are
-    dropped. Returns ``None`` when the model has no ``mixer_kernel_parameter_names``.
+    Groups, in this order (the order of the optimizer state in checkpoints): ``decay`` (weight decay, global lr),
+    ``no_decay`` (global lr, no decay), ``kernel`` (the names in ``model.mixer_kernel_parameter_names()``:
+    ``kernel_lr``, ``kernel_weight_decay``); empty groups are dropped. The kernel group is the one thing timm's
+    helper cannot express (a group with its own learning rate). Returns ``None`` when the model has no
+    ``mixer_kernel_parameter_names``.
     """
+    from timm.optim import param_groups_weight_decay
+
     if not hasattr(model, 'mixer_kernel_parameter_names'):
         return None
+    named = {id(p): n for n, p in model.named_parameters()}
     kernel_names = set(model.mixer_kernel_parameter_names())
     no_wd = set(model.no_weight_decay()) if hasattr(model, 'no_weight_decay') else set()
-    decay, no_decay, kernel = [], [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        if name in kernel_names:
-            kernel.append(param)
-        elif param.ndim <= 1 or name.endswith('.bias') or name in no_wd:
-            no_decay.append(param)
-        else:
-            decay.append(param)
+    # timm's helper classifies (decay 1.0 here: with 0 it would put everything in one group); the values are ours
+    split: dict[bool, list[nn.Parameter]] = {True: [], False: []}
+    for g in param_groups_weight_decay(model, 1.0, no_weight_decay_list=no_wd - kernel_names):
+        split[g['weight_decay'] > 0] += [p for p in g['params'] if named[id(p)] not in kernel_names]
+    kernel = [p for n, p in model.named_parameters() if p.requires_grad and n in kernel_names]
     groups = [
-        {'name': 'decay', 'params': decay, 'weight_decay': weight_decay},
-        {'name': 'no_decay', 'params': no_decay, 'weight_decay': 0.0},
+        {'name': 'decay', 'params': split[True], 'weight_decay': weight_decay},
+        {'name': 'no_decay', 'params': split[False], 'weight_decay': 0.0},
         {'name': 'kernel', 'params': kernel, 'weight_decay': kernel_weight_decay, 'lr': kernel_lr},
     ]
     return [g for g in groups if g['params']]
@@ -275,22 +277,23 @@ def _group_lr(optimizer: torch.optim.Optimizer, name: str) -> float | None:
     return None
 
 
-def _output_dir(args: argparse.Namespace) -> Path:
+def _output_dir(args: argparse.Namespace, create: bool) -> Path:
+    """The run directory: the resumed run's own, else ``--output/--experiment`` (default: time, model, size), made
+    with timm's ``get_outdir`` when ``create``."""
     if args.resume and not args.output and not args.experiment:
         return Path(args.resume).resolve().parent  # continue in the run's own directory
-    root = Path(args.output or './output/train')
+    root = args.output or './output/train'
     name = args.experiment or '-'.join(
         [datetime.now().strftime('%Y%m%d-%H%M%S'), args.model.replace('/', '_'), str(args.input_size_resolved)]
     )
-    return root / name
+    return Path(get_outdir(root, name) if create else Path(root) / name)
 
 
 def _amp(args: argparse.Namespace, device: torch.device):
-    if not args.amp:
-        return suppress, None
-    dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' or device.type == 'cpu' else torch.float16
+    """The tools' AMP rule (:func:`~mrconvnext.tools._common.amp_autocast`) plus a loss scaler for float16 on CUDA."""
+    autocast, dtype = _common.amp_autocast(args.amp, args.amp_dtype, device)
     scaler = NativeScaler(device=device.type) if device.type == 'cuda' and dtype == torch.float16 else None
-    return partial(torch.autocast, device_type=device.type, dtype=dtype), scaler
+    return autocast, scaler
 
 
 def train_one_epoch(
@@ -317,7 +320,7 @@ def train_one_epoch(
         elif mixup_fn is not None:
             mixup_fn.mixup_enabled = False
     model.train()
-    unwrapped = model.module if hasattr(model, 'module') else model
+    unwrapped = unwrap_model(model)
     loss_sum = torch.zeros((), device=device)
     n_seen = 0
     window_t0, window_n = time.perf_counter(), 0
@@ -464,19 +467,22 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         )
     amp_autocast, loss_scaler = _amp(args, device)
 
-    # resume: weights-only loading of a CheckpointSaver file
+    # resume: timm's resume_checkpoint (weights only) restores the model, optimizer and loss scaler and gives the
+    # epoch after the saved one; the package's reader gives the rest of the CheckpointSaver file (EMA, saver state)
     resume_state = None
     start_epoch = 0
     if args.resume:
-        resume_state = torch.load(args.resume, map_location='cpu', weights_only=True)
-        model.load_state_dict(clean_state_dict(resume_state['state_dict']))
-        if not args.no_resume_opt:
-            if 'optimizer' in resume_state:
-                optimizer.load_state_dict(resume_state['optimizer'])
-            if loss_scaler is not None and loss_scaler.state_dict_key in resume_state:
-                loss_scaler.load_state_dict(resume_state[loss_scaler.state_dict_key])
-        if 'epoch' in resume_state:
-            start_epoch = resume_state['epoch'] + (1 if resume_state.get('version', 1) > 1 else 0)
+        resume_state = read_checkpoint(args.resume)  # clear errors for a missing or unreadable file
+        start_epoch = (
+            resume_checkpoint(
+                model,
+                args.resume,
+                optimizer=None if args.no_resume_opt else optimizer,
+                loss_scaler=None if args.no_resume_opt else loss_scaler,
+                log_info=primary,
+            )
+            or 0
+        )
         if primary:
             _logger.info(f'resumed {args.resume} (saved after epoch {resume_state.get("epoch")})')
     if args.start_epoch is not None:
@@ -485,8 +491,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     model_ema = None
     if args.model_ema:
         model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
-        if resume_state is not None and 'state_dict_ema' in resume_state:
-            model_ema.module.load_state_dict(clean_state_dict(resume_state['state_dict_ema']))
+        if resume_state is not None and any(k in resume_state for k in EMA_KEYS):
+            model_ema.module.load_state_dict(read_state_dict(resume_state, use_ema=True)[0])
 
     if args.distributed:
         ddp_kwargs = {'device_ids': [device]} if device.type == 'cuda' else {}
@@ -572,11 +578,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             lr_scheduler.step(start_epoch)
 
-    output_dir = _output_dir(args)
+    output_dir = _output_dir(args, create=primary)
     saver = None
     decreasing = 'loss' in args.eval_metric
     if primary:
-        output_dir.mkdir(parents=True, exist_ok=True)
         saved_args = {
             k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))
         }
@@ -663,9 +668,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 
     if primary and best_metric is not None:
         _logger.info(f'best {args.eval_metric}: {best_metric:.4f} (epoch {best_epoch})')
-    unwrapped = model
-    while hasattr(unwrapped, 'module') or hasattr(unwrapped, '_orig_mod'):
-        unwrapped = getattr(unwrapped, 'module', None) or unwrapped._orig_mod
+    unwrapped = unwrap_model(model)
     return {
         'output_dir': str(output_dir),
         'best_metric': best_metric,

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from contextlib import suppress
-from functools import partial
 from typing import Any
 
 import torch
@@ -115,10 +113,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         device=device,
         use_prefetcher=False,
     )
-    amp_autocast = suppress
-    if args.amp:
-        dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' or device.type == 'cpu' else torch.float16
-        amp_autocast = partial(torch.autocast, device_type=device.type, dtype=dtype)
+    amp_autocast, _ = _common.amp_autocast(args.amp, args.amp_dtype, device)
 
     run_model = torch.compile(model, backend=args.torchcompile) if args.torchcompile else model
     t0 = time.perf_counter()
