@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrconvnext.tools._memory import peak_extra_mb  # the package's one memory harness
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
@@ -46,15 +48,6 @@ MEMORY_ENV = {'MALLOC_MMAP_THRESHOLD_': '131072'}
 # --------------------------------------------------------------------------------------------- worker side
 
 
-def status_kb(key: str) -> int:
-    """A ``kB`` field (``VmRSS``, ``VmHWM``, ...) of ``/proc/self/status``."""
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(key + ':'):
-                return int(line.split()[1])
-    raise RuntimeError(f'{key} not found in /proc/self/status')
-
-
 def setup_torch(threads: int, seed: int = 0) -> int:
     """Sets torch's intra-op threads (0: leave the default) and the seed; returns the thread count."""
     import torch
@@ -63,15 +56,6 @@ def setup_torch(threads: int, seed: int = 0) -> int:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     return torch.get_num_threads()
-
-
-def peak_extra_mb(call: Callable[[], object]) -> float:
-    """Peak resident memory (MiB) that one ``call()`` adds on top of the current RSS (see module doc)."""
-    rss_before = status_kb('VmRSS')
-    with open('/proc/self/clear_refs', 'w') as f:
-        f.write('5')  # reset the peak-RSS mark to the current RSS
-    call()
-    return (status_kb('VmHWM') - rss_before) / 1024
 
 
 def time_calls(call: Callable[[], object], repeats: int) -> list[float]:

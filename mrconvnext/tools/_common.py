@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import logging
@@ -36,6 +37,8 @@ __all__ = [
     'CHECKPOINT_KEYS',
     'evaluate',
     'amp_autocast',
+    'add_model_source_args',
+    'model_from_args',
 ]
 
 _logger = logging.getLogger('mrconvnext.tools')
@@ -204,6 +207,36 @@ def model_from_source(
     info['model'] = model
     info['img_size'] = img_size
     return net.eval(), info
+
+
+def add_model_source_args(parser: argparse.ArgumentParser, pretrained: bool = False) -> None:
+    """The tools' one set of model-source flags (``--model``, ``--checkpoint``, ``--use-ema``, ``--num-classes``,
+    ``--img-size``, ``--model-kwargs``, and ``--pretrained`` where asked), read by :func:`model_from_args`."""
+    from timm.utils import ParseKwargs
+
+    g = parser.add_argument_group('Model source')
+    source_help = "timm name, local-dir:DIR or hf-hub:NAME (default: from the checkpoint's run args.yaml)"
+    g.add_argument('--model', '-m', default='', metavar='NAME', help=source_help)
+    g.add_argument('--checkpoint', default='', metavar='PATH', help='training checkpoint, state-dict file or hub dir')
+    g.add_argument('--use-ema', action='store_true', help='the EMA weights of a training checkpoint')
+    if pretrained:
+        g.add_argument('--pretrained', action='store_true', help="the model's pretrained weights (timm)")
+    g.add_argument('--num-classes', type=int, default=None, metavar='N')
+    g.add_argument('--img-size', type=int, default=None, metavar='N', help='input size (also sizes the zoo mixers)')
+    g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='extra create_model kwargs')
+
+
+def model_from_args(args: argparse.Namespace) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`model_from_source` with the flags of :func:`add_model_source_args`."""
+    return model_from_source(
+        args.model,
+        args.checkpoint or None,
+        use_ema=args.use_ema,
+        pretrained=getattr(args, 'pretrained', False),
+        num_classes=args.num_classes,
+        img_size=args.img_size,
+        model_kwargs=args.model_kwargs,
+    )
 
 
 def set_mixer_backend(model: nn.Module, backend: str) -> int:

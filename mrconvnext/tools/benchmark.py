@@ -48,6 +48,7 @@ import torch.nn as nn
 from timm.utils import reparameterize_model
 
 from . import _common
+from ._memory import rss_peak_reader
 
 __all__ = ['main', 'run', 'build_parser', 'default_models', 'format_table']
 
@@ -168,33 +169,6 @@ def _spread_pct(times: list[float]) -> float:
     return 100.0 * (q[2] - q[0]) / statistics.median(times)
 
 
-def _rss_peak_reader():
-    """A function giving the growth (MiB) of this process's peak resident set size from now on.
-
-    Linux: the peak (``VmHWM``) is reset to the current RSS through ``/proc/self/clear_refs`` first, so
-    earlier peaks (imports) do not hide the model's. Elsewhere: ``ru_maxrss`` from now on (a lower
-    bound when an earlier peak was higher).
-    """
-    import re
-
-    def status(key: str) -> float:
-        with open('/proc/self/status') as f:
-            return int(re.search(key + r':\s+(\d+)', f.read()).group(1)) / 1024.0
-
-    try:
-        with open('/proc/self/clear_refs', 'w') as f:
-            f.write('5')
-        base = status('VmRSS')
-        return lambda: status('VmHWM') - base
-    except (OSError, AttributeError):
-        import resource
-
-        scale = 1.0 / (1024.0 * 1024.0) if sys.platform == 'darwin' else 1.0 / 1024.0
-        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale  # noqa: E731
-        base = peak()
-        return lambda: peak() - base
-
-
 def _memory_worker(payload: str) -> None:
     """One model in a fresh process: peak memory of inference, then of a training step, as JSON."""
     cfg = json.loads(payload)
@@ -210,7 +184,7 @@ def _memory_worker(payload: str) -> None:
         base = torch.cuda.memory_allocated(device)
         read = lambda: (torch.cuda.max_memory_allocated(device) - base) / 2**20  # noqa: E731
     else:
-        read = _rss_peak_reader()
+        read = rss_peak_reader()
     model = _build(cfg['spec'], args, device, deploy_direct=True)
     infer, train = _steps(model, args, device, train=variant == 'as-built' and args.bench != 'inference')
     if args.bench != 'train':

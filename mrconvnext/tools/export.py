@@ -34,7 +34,7 @@ from typing import Any
 
 import timm
 import torch
-from timm.utils import ParseKwargs, reparameterize_model
+from timm.utils import reparameterize_model
 
 from . import _common
 
@@ -47,12 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-export'
     )
-    p.add_argument('--model', '-m', default='', help='timm name, local-dir:DIR or hf-hub:NAME')
-    p.add_argument('--checkpoint', default='', help='training checkpoint, state-dict file or hub directory')
-    p.add_argument('--use-ema', action='store_true', help='export the EMA weights of a training checkpoint')
-    p.add_argument('--num-classes', type=int, default=None)
-    p.add_argument('--img-size', type=int, default=None)
-    p.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
+    _common.add_model_source_args(p)
     p.add_argument('--output', '-o', required=True, help='hub directory to write')
     p.add_argument('--no-reparam', action='store_true', help='export the branched model')
     p.add_argument('--onnx', nargs='?', const='model.onnx', default=None, help='also write ONNX (file in --output)')
@@ -135,14 +130,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     _common.setup_logging()
     args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
-    model, info = _common.model_from_source(
-        args.model,
-        args.checkpoint or None,
-        use_ema=args.use_ema,
-        num_classes=args.num_classes,
-        img_size=args.img_size,
-        model_kwargs=args.model_kwargs,
-    )
+    model, info = _common.model_from_args(args)
     run = info.get('run_args') or {}
     input_size = _input_size(model, args.img_size or run.get('img_size'))
     x = torch.randn(args.check_batch, *input_size)

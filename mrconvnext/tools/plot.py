@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.utils import ParseKwargs, reparameterize_model
+from timm.utils import reparameterize_model
 
 from . import _common
 
@@ -236,12 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest='figure', required=True)
     for name, help_ in (('kernels', 'reparameterized kernels per stage (Fig. 5)'), ('alpha', 'alpha norms (Fig. 3)')):
         q = sub.add_parser(name, help=help_)
-        q.add_argument('--checkpoint', default='', help='training checkpoint, state-dict file or hub directory')
-        q.add_argument('--model', '-m', default='', help="model name (default: from the run's args.yaml)")
-        q.add_argument('--use-ema', action='store_true')
-        q.add_argument('--num-classes', type=int, default=None)
-        q.add_argument('--img-size', type=int, default=None)
-        q.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
+        _common.add_model_source_args(q)
         q.add_argument('--output', '-o', default=f'{name}.png')
         q.add_argument('--title', default='')
         if name == 'kernels':
@@ -270,14 +265,7 @@ def run(argv: list[str] | None = None) -> Path:
         path, points = plot_tradeoff(bench, results, args.output, manual, args.title)
         _logger.info(f'{path}: {len(points)} points')
         return path
-    model, _ = _common.model_from_source(
-        args.model,
-        args.checkpoint or None,
-        use_ema=args.use_ema,
-        num_classes=args.num_classes,
-        img_size=args.img_size,
-        model_kwargs=args.model_kwargs,
-    )
+    model, _ = _common.model_from_args(args)
     if args.figure == 'kernels':
         path = plot_kernels(model, args.output, args.block, args.channels, args.title)
     else:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from timm.data import create_dataset, create_loader, resolve_data_config
-from timm.utils import ParseKwargs, reparameterize_model
+from timm.utils import reparameterize_model
 
 from . import _common
 
@@ -41,18 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--split', default='validation', metavar='NAME')
     p.add_argument('--dataset-download', action='store_true')
     p.add_argument('--class-map', default='', metavar='FILENAME')
-    p.add_argument('--model', '-m', default='', metavar='NAME', help='timm name, local-dir:DIR or hf-hub:NAME')
-    p.add_argument('--checkpoint', default='', metavar='PATH', help='checkpoint file or hub directory')
-    p.add_argument('--use-ema', action='store_true', help='the EMA weights of a training checkpoint')
-    p.add_argument('--pretrained', action='store_true')
-    p.add_argument('--num-classes', type=int, default=None)
-    p.add_argument('--img-size', type=int, default=None)
+    _common.add_model_source_args(p, pretrained=True)
     p.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N')
     p.add_argument('--crop-pct', default=None, type=float)
     p.add_argument('--mean', type=float, nargs='+', default=None)
     p.add_argument('--std', type=float, nargs='+', default=None)
     p.add_argument('--interpolation', default='')
-    p.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
     p.add_argument('-b', '--batch-size', type=int, default=256)
     p.add_argument('-j', '--workers', type=int, default=4)
     p.add_argument('--device', default=_common.default_device())
@@ -75,15 +69,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit('mrconvnext-validate: give --data-dir (an ImageFolder root) or --dataset')
     device = torch.device(args.device)
 
-    model, info = _common.model_from_source(
-        args.model,
-        args.checkpoint or None,
-        use_ema=args.use_ema,
-        pretrained=args.pretrained,
-        num_classes=args.num_classes,
-        img_size=args.img_size,
-        model_kwargs=args.model_kwargs,
-    )
+    model, info = _common.model_from_args(args)
     if args.reparam:
         model = reparameterize_model(model)
     model.to(device).eval()
