@@ -1,5 +1,3 @@
-import math
-
 import pytest
 import torch
 
@@ -11,21 +9,9 @@ from mrconvnext.layers.kernel_params import (
     SparseKernel,
     fourier_basis,
 )
-from tests.reference import remap_lags_loop, shifted_sum_conv
+from tests.reference import dense_kernel, fourier_lags, remap_lags_loop, shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
-
-
-def _fourier_lags(modes: torch.Tensor, size: int) -> torch.Tensor:
-    """Naive inverse real DFT (norm='ortho') of the low modes; returns values at circular indices 0..size-1."""
-    c = modes.double()[..., 0] + 1j * modes.double()[..., 1]  # (C, m)
-    t = torch.arange(size, dtype=torch.float64)
-    out = torch.zeros(c.shape[0], size, dtype=torch.float64)
-    for f in range(c.shape[1]):
-        # the real DFT keeps DC and Nyquist once and every other mode with its conjugate twin
-        weight = 1.0 if f == 0 or (size % 2 == 0 and f == size // 2) else 2.0
-        out += weight * (c[:, f : f + 1] * torch.exp(2j * math.pi * f * t / size)).real
-    return out / math.sqrt(size)
 
 
 def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
@@ -42,7 +28,7 @@ def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
     if isinstance(branch, FourierSparseKernel):
         return _reference_branch(branch.fourier, reach, causal) + _reference_branch(branch.sparse, reach, causal)
     if isinstance(branch, FourierKernel):
-        vals = _fourier_lags(branch.modes.detach(), branch.size)
+        vals = fourier_lags(branch.modes.detach(), branch.size)
         for idx in range(branch.size):
             lag = idx if idx < branch.reach else idx - branch.size
             for c in range(C):
@@ -64,15 +50,6 @@ def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
     return k
 
 
-def _dense(lags: dict[int, torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """``{lag: (C,) value}`` as a symmetric ``(C, 2R - 1)`` kernel and its zero lag."""
-    R = max(abs(lag) for lag in lags) + 1
-    k = torch.zeros(next(iter(lags.values())).shape[0], 2 * R - 1, dtype=torch.float64)
-    for lag, v in lags.items():
-        k[:, lag + R - 1] = v
-    return k, R - 1
-
-
 def _reference_forward(
     layer: MRConv1d, x: torch.Tensor, training: bool, widths: tuple[int, int] | None = None
 ) -> torch.Tensor:
@@ -84,7 +61,7 @@ def _reference_forward(
     for b in layer.branches:
         k, zero_lag = _reference_branch(b, R, causal), 0 if causal else R - 1
         if widths is not None:
-            k, zero_lag = _dense(remap_lags_loop(k, zero_lag, *widths, x.shape[-1]))
+            k, zero_lag = dense_kernel(remap_lags_loop(k, zero_lag, *widths, x.shape[-1]))
         outs.append(shifted_sum_conv(x, k, zero_lag))
     if layer.combine == 'scale':
         beta = layer.beta.detach().double()

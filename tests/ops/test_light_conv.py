@@ -11,54 +11,11 @@ from mrconvnext.ops.light_conv import (
     light_conv1d,
     light_conv1d_unfold,
 )
+from tests.reference import naive_dynamic, naive_light
 
 # Odd and even K; 9, 49 are sizes fairseq's CUDA kernels reject; 15 and 49 exceed L = 10.
 KERNEL_SIZES = [1, 2, 3, 4, 7, 8, 9, 15, 49]
 L = 10
-
-
-def lags(K: int, causal: bool) -> list[int]:
-    """Documented convention: tap k has lag k - zero_lag (positive = past)."""
-    zero_lag = 0 if causal else (K - 1) // 2
-    return [k - zero_lag for k in range(K)]
-
-
-def naive_light(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """y[b, c, t] = bias[c] + sum_k w[c // R, k] * x[b, c, t - lag_k], plain Python loops."""
-    B, C, n = x.shape
-    H, K = w.shape
-    R = C // H
-    xs, ws = x.tolist(), w.tolist()
-    out = [[[0.0] * n for _ in range(C)] for _ in range(B)]
-    for b in range(B):
-        for c in range(C):
-            for t in range(n):
-                acc = 0.0 if bias is None else float(bias[c])
-                for k, lag in enumerate(lags(K, causal)):
-                    s = t - lag
-                    if 0 <= s < n:
-                        acc += ws[c // R][k] * xs[b][c][s]
-                out[b][c][t] = acc
-    return torch.tensor(out, dtype=x.dtype)
-
-
-def naive_dynamic(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """y[b, c, t] = bias[c] + sum_k w[b, c // R, t, k] * x[b, c, t - lag_k], plain Python loops."""
-    B, C, n = x.shape
-    H, K = w.shape[1], w.shape[3]
-    R = C // H
-    xs, ws = x.tolist(), w.tolist()
-    out = [[[0.0] * n for _ in range(C)] for _ in range(B)]
-    for b in range(B):
-        for c in range(C):
-            for t in range(n):
-                acc = 0.0 if bias is None else float(bias[c])
-                for k, lag in enumerate(lags(K, causal)):
-                    s = t - lag
-                    if 0 <= s < n:
-                        acc += ws[b][c // R][t][k] * xs[b][c][s]
-                out[b][c][t] = acc
-    return torch.tensor(out, dtype=x.dtype)
 
 
 def rand(*shape: int, requires_grad: bool = False) -> torch.Tensor:

@@ -1,13 +1,12 @@
 """Tests for mrconvnext.ops.talk (TaLK 1-D / 2-D box summation convolutions) and its native kernels.
 
-Independent references here are plain Python loops in float64 (fractional window overlaps, and the paper's
+Independent references (``tests/reference.py``) are plain Python loops in float64 (fractional window overlaps, and the paper's
 Eq. 5 literally); the PyTorch reference ``talk*_reference`` is then the specification for the fused op and the
 native kernels.
 """
 
 from __future__ import annotations
 
-import math
 import shutil
 import warnings
 
@@ -24,6 +23,7 @@ from mrconvnext.ops.talk import (
     talk_backend,
     talk_offsets_dropout,
 )
+from tests.reference import naive_talk1d, naive_talk2d, paper_eq5_talk1d
 
 # --------------------------------------------------------------------------------------------- helpers
 
@@ -32,74 +32,6 @@ def talk_triton_interpreted() -> bool:
     from mrconvnext.ops import talk_triton
 
     return talk_triton.interpreted()
-
-
-def overlap(lo: float, hi: float, j: int) -> float:
-    """Length of [lo, hi] ∩ [j, j + 1]: the weight of cell j in a window with real edges."""
-    return max(0.0, min(hi, j + 1) - max(lo, j))
-
-
-def naive_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
-    """O(L * K) loops: y_i = sum_j |[a_l, a_r + 1] ∩ [j, j + 1]| x_j / (ml + mr + 1), edges clamped."""
-    B, C, L = x.shape
-    H = off.shape[1]
-    R = C // H
-    y = torch.zeros_like(x)
-    for b in range(B):
-        for h in range(H):
-            for i in range(L):
-                lo = min(max(i - off[b, h, i, 0].item() * ml, 0.0), L - 1)
-                hi = min(max(i + off[b, h, i, 1].item() * mr, 0.0), L - 1) + 1
-                for j in range(math.floor(lo), min(L, math.ceil(hi))):
-                    y[b, h * R : (h + 1) * R, i] += overlap(lo, hi, j) * x[b, h * R : (h + 1) * R, j]
-    return y / (ml + mr + 1)
-
-
-def paper_eq5_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
-    """Eq. 2-5 and 8 literally: S_0 = 0, S_t = S_{t-1} + x_t (1-based), floor/ceil interpolation."""
-    B, C, L = x.shape
-    H = off.shape[1]
-    R = C // H
-    y = torch.zeros_like(x)
-    for b in range(B):
-        for c in range(C):
-            S = [0.0]
-            for t in range(L):
-                S.append(S[-1] + x[b, c, t].item())  # S[t] in 1-based token indexing
-            for i in range(L):  # 0-based i is token i + 1
-                h = c // R
-                al = min(max(i + 1 - off[b, h, i, 0].item() * ml, 1.0), L)
-                ar = min(max(i + 1 + off[b, h, i, 1].item() * mr, 1.0), L)
-                gl = math.ceil(al) - al
-                gr = ar - math.floor(ar)
-                s_left = gl * S[math.floor(al) - 1] + (1 - gl) * S[math.ceil(al) - 1]
-                s_right = (1 - gr) * S[math.floor(ar)] + gr * S[math.ceil(ar)]
-                y[b, c, i] = (s_right - s_left) / (ml + mr + 1)
-    return y
-
-
-def naive_talk2d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int, mt: int, mb: int) -> torch.Tensor:
-    """Loops over each box: weight of pixel (r, s) = row overlap * column overlap, normalized by max area."""
-    B, C, Hh, Ww = x.shape
-    H = off.shape[1]
-    R = C // H
-    y = torch.zeros_like(x)
-    for b in range(B):
-        for h in range(H):
-            for i in range(Hh):
-                for j in range(Ww):
-                    o = off[b, h, i, j].tolist()
-                    c_lo = min(max(j - o[0] * ml, 0.0), Ww - 1)
-                    c_hi = min(max(j + o[1] * mr, 0.0), Ww - 1) + 1
-                    r_lo = min(max(i - o[2] * mt, 0.0), Hh - 1)
-                    r_hi = min(max(i + o[3] * mb, 0.0), Hh - 1) + 1
-                    acc = torch.zeros(R, dtype=x.dtype)
-                    for r in range(math.floor(r_lo), min(Hh, math.ceil(r_hi))):
-                        for s in range(math.floor(c_lo), min(Ww, math.ceil(c_hi))):
-                            w = overlap(r_lo, r_hi, r) * overlap(c_lo, c_hi, s)
-                            acc += w * x[b, h * R : (h + 1) * R, r, s]
-                    y[b, h * R : (h + 1) * R, i, j] = acc
-    return y / ((ml + mr + 1) * (mt + mb + 1))
 
 
 def offsets_off_grid(shape: tuple[int, ...], maxes: list[int], dtype=torch.float64) -> torch.Tensor:
