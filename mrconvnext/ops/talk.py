@@ -26,11 +26,12 @@ Precision
     Positions, interpolation weights and the prefix table are computed in float32 for float16 / bfloat16 /
     float32 inputs (float64 for float64), with int64 indexing; outputs are in x's dtype.
 
-Implementations (``backend``): ``'reference'`` (cumsum + gather + autograd: the specification), ``'torch'``
-(fused operator in PyTorch ops, O(B*C*L) memory), ``'native'`` (the C++ CPU kernel from ``kernels/talk``),
+Implementations (``backend``): ``'reference'`` (cumsum + gather + autograd: the specification, in
+:mod:`.talk_reference` with the input checks), ``'torch'`` (fused operator in PyTorch ops, O(B*C*L) memory,
+:mod:`.talk_torch`), ``'native'`` (the C++ CPU kernel from ``kernels/talk``),
 ``'triton'`` (the Triton kernels of :mod:`mrconvnext.ops.talk_triton`: CUDA tensors, or CPU tensors under
 ``TRITON_INTERPRET=1``) and ``'auto'`` (Triton on CUDA, native on the CPU, else ``'torch'`` with a one-time
-warning).
+warning). This module holds the dispatch, the operators and the public functions.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 from . import _native
-from ._args import check_int
 from ._warnings import warn_once
+from .talk_reference import _acc_dtype, _check_inputs, _check_max, talk1d_reference, talk2d_reference
+from .talk_torch import TORCH_KERNELS
 
 __all__ = [
     'talk1d',
@@ -56,289 +57,6 @@ __all__ = [
 
 Backend = Literal['auto', 'triton', 'native', 'torch', 'reference']
 TALK_BACKENDS = ('auto', 'triton', 'native', 'torch', 'reference')
-
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-# ------------------------------------------------------------------------------------------ validation
-
-
-def _check_max(name: str, value: int) -> int:
-    return check_int('talk', name, value, minimum=0)
-
-
-def _check_inputs(x: torch.Tensor, offsets: torch.Tensor, spatial: int) -> int:
-    """Validate ``x`` / ``offsets`` of a ``spatial``-D TaLK op; returns the number of heads."""
-    names = {1: ('(B, C, L)', '(B, heads, L, 2)', 2), 2: ('(B, C, H, W)', '(B, heads, H, W, 4)', 4)}
-    x_layout, off_layout, n_off = names[spatial]
-    for name, t in (('x', x), ('offsets', offsets)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f'{name}: expected a torch.Tensor, got {type(t).__name__}')
-    if x.dim() != 2 + spatial:
-        raise ValueError(f'x: expected a {2 + spatial}-D tensor {x_layout}, got shape {tuple(x.shape)}')
-    if not x.is_floating_point():
-        raise TypeError(f'x: expected a floating-point dtype, got {x.dtype}')
-    if not offsets.is_floating_point():
-        raise TypeError(f'offsets: expected a floating-point dtype, got {offsets.dtype}')
-    B, C = x.shape[:2]
-    expected_tail = (*x.shape[2:], n_off)
-    if offsets.dim() != 3 + spatial or offsets.shape[0] != B or tuple(offsets.shape[2:]) != expected_tail:
-        exp = f'({B}, heads, {", ".join(str(s) for s in expected_tail)})'
-        raise ValueError(f'offsets: expected shape {off_layout} = {exp}, got {tuple(offsets.shape)}')
-    heads = offsets.shape[1]
-    if heads == 0 or C % heads != 0:
-        raise ValueError(f'offsets: the number of heads ({heads}) must divide the channels ({C})')
-    if offsets.device != x.device:
-        raise ValueError(f'offsets on {offsets.device} but x on {x.device}')
-    return heads
-
-
-# ------------------------------------------------------------------------------------------ reference
-
-
-def _ref_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
-    """Reference boundaries on one axis: (u, k) for start and end, u = k + f on the prefix axis."""
-    a = pos - d_start
-    b = pos + d_end
-    # Clamp with torch.where (explicit about the gradient at the bounds): zero gradient when a boundary is
-    # outside or exactly on the end it would grow past (a <= 0, b >= n - 1), the one-sided derivative of a
-    # growing window; the other two bounds only matter for offsets outside [0, 1].
-    u_s = torch.where(a <= 0, 0.0, torch.where(a > n - 1, n - 1.0, a))
-    u_e = torch.where(b >= n - 1, n - 1.0, torch.where(b < 0, 0.0, b)) + 1
-    # k: the cell a growing window moves into (the derivative convention at integer positions). A NaN offset
-    # gives a NaN boundary u; its index is set to 0 so the lookup is valid and the NaN reaches the output
-    # through u - k, as in the fused and native implementations.
-    k_s = torch.nan_to_num(torch.ceil(u_s) - 1, nan=0.0).clamp(min=0).detach()
-    k_e = torch.nan_to_num(torch.floor(u_e), nan=0.0).clamp(max=n - 1).detach()
-    return (u_s, k_s), (u_e, k_e)
-
-
-def talk1d_reference(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
-    """Pure-PyTorch TaLK 1-D (autograd through cumsum/gather/interpolation). ``(B, C, L) -> (B, C, L)``."""
-    heads = _check_inputs(x, offsets, 1)
-    max_left, max_right = _check_max('max_left', max_left), _check_max('max_right', max_right)
-    B, C, L = x.shape
-    R = C // heads
-    acc = _acc_dtype(x.dtype)
-    P = F.pad(torch.cumsum(x.to(acc).reshape(B, heads, R, L), -1), (1, 0))  # P[t] = sum_{j<t} x[j]
-    off = offsets.to(acc)
-    pos = torch.arange(L, device=x.device, dtype=acc)
-    start, end = _ref_edges(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
-
-    def interp(edge):
-        u, k = edge
-        idx = k.long().unsqueeze(2).expand(B, heads, R, L)
-        p0, p1 = P.gather(-1, idx), P.gather(-1, idx + 1)
-        return p0 + (u - k).unsqueeze(2) * (p1 - p0)
-
-    y = (interp(end) - interp(start)) / (max_left + max_right + 1)
-    return y.reshape(B, C, L).to(x.dtype)
-
-
-def talk2d_reference(
-    x: torch.Tensor,
-    offsets: torch.Tensor,
-    max_left: int,
-    max_right: int,
-    max_top: int,
-    max_bottom: int,
-) -> torch.Tensor:
-    """Pure-PyTorch TaLK 2-D box op (bilinear lookups in the integral image). ``(B, C, H, W) -> same``."""
-    heads = _check_inputs(x, offsets, 2)
-    ml, mr = _check_max('max_left', max_left), _check_max('max_right', max_right)
-    mt, mb = _check_max('max_top', max_top), _check_max('max_bottom', max_bottom)
-    B, C, Hh, Ww = x.shape
-    R, N, W1 = C // heads, Hh * Ww, Ww + 1
-    acc = _acc_dtype(x.dtype)
-    P = F.pad(x.to(acc).reshape(B, heads, R, Hh, Ww).cumsum(-2).cumsum(-1), (1, 0, 1, 0))
-    P = P.reshape(B, heads, R, (Hh + 1) * W1)
-    off = offsets.to(acc)
-    cols = torch.arange(Ww, device=x.device, dtype=acc)
-    rows = torch.arange(Hh, device=x.device, dtype=acc)[:, None]
-    left, right = _ref_edges(cols, off[..., 0] * ml, off[..., 1] * mr, Ww)
-    top, bottom = _ref_edges(rows, off[..., 2] * mt, off[..., 3] * mb, Hh)
-
-    def corner(ev, eu):
-        (v, kv), (u, ku) = ev, eu
-        idx = (kv.long() * W1 + ku.long()).reshape(B, heads, 1, N).expand(B, heads, R, N)
-        fv = (v - kv).reshape(B, heads, 1, N)
-        fu = (u - ku).reshape(B, heads, 1, N)
-        p00, p01 = P.gather(-1, idx), P.gather(-1, idx + 1)
-        p10, p11 = P.gather(-1, idx + W1), P.gather(-1, idx + W1 + 1)
-        return (1 - fv) * ((1 - fu) * p00 + fu * p01) + fv * ((1 - fu) * p10 + fu * p11)
-
-    box = corner(bottom, right) - corner(bottom, left) - corner(top, right) + corner(top, left)
-    return (box / ((ml + mr + 1) * (mt + mb + 1))).reshape(B, C, Hh, Ww).to(x.dtype)
-
-
-# ------------------------------------------------------------------------ fused PyTorch implementation
-# Same math and API as the native kernels (kernels/talk/talk_math.h), vectorized with PyTorch ops.
-
-
-def _start_edges(pos: torch.Tensor, d: torch.Tensor, n: int):
-    """Start edge (k, f, live) of windows at ``pos`` with real boundary ``pos - d``; see talk_math.h."""
-    fl = torch.floor(d)
-    k = pos - fl - 1
-    f = 1 - (d - fl)
-    lo = ~(d < pos)  # a <= 0, or NaN (propagated through f)
-    hi = (pos - d) > (n - 1)
-    k = torch.where(lo, 0, torch.where(hi, max(n - 2, 0), k))
-    f = torch.where(lo, torch.where(d >= pos, 0.0, d), torch.where(hi, 1.0 if n >= 2 else 0.0, f))
-    return k.long(), f, ~(lo | hi)
-
-
-def _end_edges(pos: torch.Tensor, d: torch.Tensor, n: int):
-    """End edge (k, f, live) of windows at ``pos`` with real boundary ``pos + d`` (prefix position + 1)."""
-    fl = torch.floor(d)
-    k = pos + 1 + fl
-    f = d - fl
-    b = pos + d
-    hi = ~(b < n - 1)  # b >= n - 1, or NaN
-    lo = b < 0
-    k = torch.where(hi, n - 1, torch.where(lo, 1 if n >= 2 else 0, k))
-    f = torch.where(hi, torch.where(b >= n - 1, 1.0, d), torch.where(lo, 0.0 if n >= 2 else 1.0, f))
-    return k.long(), f, ~(lo | hi)
-
-
-def _suffix_sum(t: torch.Tensor, dim: int) -> torch.Tensor:
-    return t.flip(dim).cumsum(dim).flip(dim)
-
-
-class _TorchKernels:
-    """Fused PyTorch implementation with the native extensions' function signatures."""
-
-    @staticmethod
-    def _edges_1d(off: torch.Tensor, L: int, ml: int, mr: int):
-        pos = torch.arange(L, device=off.device, dtype=off.dtype)
-        return _start_edges(pos, off[..., 0] * ml, L), _end_edges(pos, off[..., 1] * mr, L)
-
-    @staticmethod
-    def talk1d_forward(x: torch.Tensor, off: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
-        B, C, L = x.shape
-        heads = off.shape[1]
-        shape = (B, heads, C // heads, L)
-        xv = x.view(shape)
-        P = F.pad(torch.cumsum(xv, -1, dtype=off.dtype), (1, 0))
-        start, end = _TorchKernels._edges_1d(off, L, max_left, max_right)
-
-        def interp(edge):
-            k, f, _ = edge
-            idx = k.unsqueeze(2).expand(shape)
-            return P.gather(-1, idx) + f.unsqueeze(2) * xv.gather(-1, idx).to(off.dtype)
-
-        y = (interp(end) - interp(start)) * (1.0 / (max_left + max_right + 1))
-        return y.view(B, C, L).to(x.dtype)
-
-    @staticmethod
-    def talk1d_backward(g, x, off, max_left, max_right, need_dx, need_doff):
-        B, C, L = x.shape
-        heads = off.shape[1]
-        shape = (B, heads, C // heads, L)
-        gs = g.view(shape).to(off.dtype) * (1.0 / (max_left + max_right + 1))
-        start, end = _TorchKernels._edges_1d(off, L, max_left, max_right)
-        dx = doff = None
-        if need_dx:
-            dP = gs.new_zeros(B, heads, C // heads, L + 1)
-            for (k, f, _), sign in ((end, 1.0), (start, -1.0)):
-                idx = k.unsqueeze(2).expand(shape)
-                f = f.unsqueeze(2)
-                dP.scatter_add_(-1, idx, sign * (1 - f) * gs)
-                dP.scatter_add_(-1, idx + 1, sign * f * gs)
-            dx = _suffix_sum(dP[..., 1:], -1).reshape(B, C, L).to(g.dtype)
-        if need_doff:
-            xv = x.view(shape)
-            grads = []
-            for (k, _, live), m in ((start, max_left), (end, max_right)):
-                slope = xv.gather(-1, k.unsqueeze(2).expand(shape)).to(off.dtype)
-                grads.append((gs * slope).sum(2) * m * live)
-            doff = torch.stack(grads, -1)
-        return dx, doff
-
-    @staticmethod
-    def _edges_2d(off: torch.Tensor, Hh: int, Ww: int, maxes: tuple[int, int, int, int]):
-        ml, mr, mt, mb = maxes
-        cols = torch.arange(Ww, device=off.device, dtype=off.dtype)
-        rows = torch.arange(Hh, device=off.device, dtype=off.dtype)[:, None]
-        return (
-            _start_edges(cols, off[..., 0] * ml, Ww),
-            _end_edges(cols, off[..., 1] * mr, Ww),
-            _start_edges(rows, off[..., 2] * mt, Hh),
-            _end_edges(rows, off[..., 3] * mb, Hh),
-        )
-
-    @staticmethod
-    def _corner_terms(P, ev, eu, W1, R):
-        """Flat index (B, H, R, N) of P[kv, ku] and the fractions (B, H, 1, N) of one box corner."""
-        B, heads, Hh, Ww = ev[0].shape
-        shape = (B, heads, 1, Hh * Ww)
-        idx = (ev[0] * W1 + eu[0]).reshape(shape).expand(B, heads, R, Hh * Ww)
-        return idx, ev[1].reshape(shape), eu[1].reshape(shape)
-
-    @staticmethod
-    def talk2d_forward(x, off, max_left, max_right, max_top, max_bottom):
-        B, C, Hh, Ww = x.shape
-        heads, R, W1 = off.shape[1], C // off.shape[1], Ww + 1
-        P = F.pad(torch.cumsum(x, 2, dtype=off.dtype).cumsum(3), (1, 0, 1, 0))
-        Pf = P.view(B, heads, R, (Hh + 1) * W1)
-        el, er, et, eb = _TorchKernels._edges_2d(off, Hh, Ww, (max_left, max_right, max_top, max_bottom))
-
-        def corner(ev, eu):
-            idx, fv, fu = _TorchKernels._corner_terms(Pf, ev, eu, W1, R)
-            p00, p01 = Pf.gather(-1, idx), Pf.gather(-1, idx + 1)
-            p10, p11 = Pf.gather(-1, idx + W1), Pf.gather(-1, idx + W1 + 1)
-            return (1 - fv) * ((1 - fu) * p00 + fu * p01) + fv * ((1 - fu) * p10 + fu * p11)
-
-        box = corner(eb, er) - corner(eb, el) - corner(et, er) + corner(et, el)
-        y = box * (1.0 / ((max_left + max_right + 1) * (max_top + max_bottom + 1)))
-        return y.reshape(B, C, Hh, Ww).to(x.dtype), P
-
-    @staticmethod
-    def talk2d_backward(g, P, off, max_left, max_right, max_top, max_bottom, need_dx, need_doff):
-        B, C, Hh, Ww = g.shape
-        heads, R, W1 = off.shape[1], C // off.shape[1], Ww + 1
-        Pf = P.view(B, heads, R, (Hh + 1) * W1)
-        inv = 1.0 / ((max_left + max_right + 1) * (max_top + max_bottom + 1))
-        gs = g.reshape(B, heads, R, Hh * Ww).to(off.dtype) * inv
-        el, er, et, eb = _TorchKernels._edges_2d(off, Hh, Ww, (max_left, max_right, max_top, max_bottom))
-        corners = ((eb, er, 1.0), (eb, el, -1.0), (et, er, -1.0), (et, el, 1.0))
-        dx = doff = None
-        if need_dx:
-            dP = torch.zeros_like(Pf)
-            for ev, eu, sign in corners:
-                idx, fv, fu = _TorchKernels._corner_terms(Pf, ev, eu, W1, R)
-                gv = sign * gs
-                dP.scatter_add_(-1, idx, gv * (1 - fv) * (1 - fu))
-                dP.scatter_add_(-1, idx + 1, gv * (1 - fv) * fu)
-                dP.scatter_add_(-1, idx + W1, gv * fv * (1 - fu))
-                dP.scatter_add_(-1, idx + W1 + 1, gv * fv * fu)
-            dP = dP.view(B, C, Hh + 1, W1)[:, :, 1:, 1:]
-            dx = _suffix_sum(_suffix_sum(dP, 2), 3).to(g.dtype).contiguous()
-        if need_doff:
-
-            def slopes(ev, eu):
-                idx, fv, fu = _TorchKernels._corner_terms(Pf, ev, eu, W1, R)
-                p00, p01 = Pf.gather(-1, idx), Pf.gather(-1, idx + 1)
-                p10, p11 = Pf.gather(-1, idx + W1), Pf.gather(-1, idx + W1 + 1)
-                du = (1 - fv) * (p01 - p00) + fv * (p11 - p10)
-                dv = (1 - fu) * (p10 - p00) + fu * (p11 - p01)
-                return du, dv
-
-            du_br, dv_br = slopes(eb, er)
-            du_bl, dv_bl = slopes(eb, el)
-            du_tr, dv_tr = slopes(et, er)
-            du_tl, dv_tl = slopes(et, el)
-            terms = (du_bl - du_tl, du_br - du_tr, dv_tr - dv_tl, dv_br - dv_bl)  # left, right, top, bottom
-            grads = []
-            for term, m, edge in zip(terms, (max_left, max_right, max_top, max_bottom), (el, er, et, eb)):
-                s = (gs * term).sum(2).view(B, heads, Hh, Ww)
-                grads.append(s * m * edge[2])
-            doff = torch.stack(grads, -1)
-        return dx, doff
-
-
-_TORCH_KERNELS = _TorchKernels()
 
 
 # ------------------------------------------------------------------------------- dispatch + autograd
@@ -421,7 +139,7 @@ def _kernels(device: torch.device, backend: str):
     native = None if backend == 'torch' else _native.talk_native(device)
     if native is None and backend == 'native':
         talk_backend(device, 'native')  # raises, saying why
-    return native if native is not None else _TORCH_KERNELS
+    return native if native is not None else TORCH_KERNELS
 
 
 def _is_channels_last_1d(x: torch.Tensor) -> bool:

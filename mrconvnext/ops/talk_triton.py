@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .talk import _acc_dtype, _talk1d_out, register_talk1d_autograd, register_talk2d_autograd
+from .talk import _talk1d_out, register_talk1d_autograd, register_talk2d_autograd
+from .talk_reference import _acc_dtype
 
 __all__ = ['interpreted', 'talk1d_triton', 'talk1d_triton_backward', 'talk2d_triton', 'talk2d_triton_backward']
 
