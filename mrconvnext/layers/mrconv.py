@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
 from ..ops._args import check_int, check_size2
-from ..ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from ..ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from ..ops.lag_remap import remap_lags
 from ..ops.long_conv import long_conv1d
 from ._checks import check_mixer_input
@@ -296,7 +296,7 @@ class MRConv1d(ScriptedInPython):
 
     def _fused_bn_applies(self, x: torch.Tensor) -> bool:
         """Training with batch statistics, a plain affine BatchNorm1d, the FFT backend and a CPU float32/64
-        input: then :func:`~mrconvnext.ops.branch_norm.branch_conv_bn_sum` runs the whole layer."""
+        input: then :func:`~mrconvnext.ops.conv_bn_sum.branch_conv_bn_sum` runs the whole layer."""
         bn = self.bn
         return (
             bn.training

@@ -1,7 +1,7 @@
 """Functional operators: no parameters, no knowledge of models."""
 
 from ._native import build_fftconv_cpu, build_talk_cpu
-from .branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from .conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .decompositions import decompositions
 from .lag_remap import remap_lags, remapped_layout
 from .light_conv import dynamic_conv1d, light_conv1d

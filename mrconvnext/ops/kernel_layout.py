@@ -1,7 +1,7 @@
 """Kernel layouts of the lag convention (:mod:`.long_conv`): crop, circular layout, FFT sizes.
 
 A leaf module (torch only) shared by the convolution engines (:mod:`.long_conv`, :mod:`.flashfft`,
-:mod:`.branch_norm`), so none of them imports another for these helpers.
+:mod:`.conv_bn_sum`), so none of them imports another for these helpers.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from mrconvnext.layers import MRConv1d
 from mrconvnext.ops import _native, long_conv, long_conv1d, talk1d, talk2d
-from mrconvnext.ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from mrconvnext.ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from tests.reference import shifted_sum_conv
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)

@@ -1,12 +1,12 @@
 """The custom operators (torch.library) behind the ops: opcheck (schema, fake tensors, autograd registration, AOT
 dispatch) on fresh random float64 inputs, channels-last layouts and optional arguments included, and the meta device.
-Their values are tested against the references in test_long_conv.py / test_branch_norm.py."""
+Their values are tested against the references in test_long_conv.py / test_conv_bn_sum.py."""
 
 import pytest
 import torch
 
 from mrconvnext.ops import long_conv1d
-from mrconvnext.ops.branch_norm import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
+from mrconvnext.ops.conv_bn_sum import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
 from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward, fft_conv_spectrum
 
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mrconvnext.ops import long_conv1d
-from mrconvnext.ops.branch_norm import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from mrconvnext.ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 
 pytestmark = pytest.mark.skipif(
     not branch_conv_bn_sum_supported(torch.zeros(1, 1, 1)), reason='fused CPU extension unavailable (no MKL/compiler)'
