@@ -377,21 +377,8 @@ def train_one_epoch(
     return metrics, num_updates
 
 
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run training; returns ``output_dir``, ``best_metric``, ``best_epoch``, ``last_epoch``, ``eval_metrics``
-    (of the last epoch) and ``model`` (the trained, unwrapped model of this process)."""
-    _common.setup_logging()
-    args = parse_args(argv)
-    for module in args.device_modules or []:
-        importlib.import_module(module)
-    if not args.data_dir and not args.dataset:
-        raise SystemExit('mrconvnext-train: give --data-dir (an ImageFolder root) or --dataset')
-
-    device = init_distributed_device(args)
-    primary = args.rank == 0
-    args.prefetcher = device.type == 'cuda' and not args.no_prefetcher
-
-    # data sets first: an ImageFolder tells the class count
+def _datasets(args: argparse.Namespace):
+    """Training and evaluation data sets (timm's ``create_dataset``); an ImageFolder also tells the class count."""
     ds_kwargs = dict(class_map=args.class_map, download=args.dataset_download, batch_size=args.batch_size)
     dataset_train = create_dataset(
         args.dataset, root=args.data_dir, split=args.train_split, is_training=True, seed=args.seed, **ds_kwargs
@@ -405,7 +392,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         class_to_idx = getattr(getattr(dataset_train, 'reader', None), 'class_to_idx', None)
         if class_to_idx:
             args.num_classes = len(class_to_idx)
+    return dataset_train, dataset_eval
 
+
+def _build_model(args: argparse.Namespace, device: torch.device, primary: bool) -> tuple[nn.Module, dict]:
+    """The model on its device (initial weights, channels-last, synchronized BatchNorm) and its data config."""
     # the same initial weights (and sparse tap positions) on every process; per-process seeds after
     random_seed(args.seed, 0)
     if args.drop_path is None:
@@ -445,7 +436,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         model = convert_sync_batchnorm(model, device)
         if primary:
             _logger.info('BatchNorms converted to synchronized BatchNorm')
+    return model, data_config
 
+
+def _build_optimizer(model: nn.Module, args: argparse.Namespace, primary: bool) -> torch.optim.Optimizer:
+    """timm's optimizer with the learning rates scaled from the base batch and the kernel parameter group."""
     # learning rates (linear scaling from the base batch) and parameter groups
     if args.lr is None:
         args.lr = _scaled_lr(args.lr_base, args)
@@ -465,8 +460,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             f'{type(optimizer).__name__}: lr {args.lr:.3g}, kernel lr {args.kernel_lr:.3g}, '
             f'weight decay {args.weight_decay} ({desc})'
         )
-    amp_autocast, loss_scaler = _amp(args, device)
+    return optimizer
 
+
+def _resume(args: argparse.Namespace, model: nn.Module, optimizer, loss_scaler, primary: bool):
+    """``(checkpoint contents or None, first epoch)`` of ``--resume`` / ``--start-epoch``."""
     # resume: timm's resume_checkpoint (weights only) restores the model, optimizer and loss scaler and gives the
     # epoch after the saved one; the package's reader gives the rest of the CheckpointSaver file (EMA, saver state)
     resume_state = None
@@ -487,19 +485,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             _logger.info(f'resumed {args.resume} (saved after epoch {resume_state.get("epoch")})')
     if args.start_epoch is not None:
         start_epoch = args.start_epoch
+    return resume_state, start_epoch
 
-    model_ema = None
-    if args.model_ema:
-        model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
-        if resume_state is not None and any(k in resume_state for k in EMA_KEYS):
-            model_ema.module.load_state_dict(read_state_dict(resume_state, use_ema=True)[0])
 
-    if args.distributed:
-        ddp_kwargs = {'device_ids': [device]} if device.type == 'cuda' else {}
-        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=not args.no_ddp_bb, **ddp_kwargs)
-    if args.torchcompile:
-        model = torch.compile(model, backend=args.torchcompile)
-
+def _build_loaders(args: argparse.Namespace, data_config: dict, dataset_train, dataset_eval, device: torch.device):
+    """``(train loader, eval loader or None, Mixup or None)``."""
     # loaders (timm transforms: RandomResizedCrop, flips, RandAugment, random erasing)
     if args.aa:
         patch_timm_posterize()  # recent Pillow rejects the 0-bit posterize of RandAugment's top magnitude
@@ -559,14 +549,107 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             crop_pct=data_config['crop_pct'],
             **common_loader,
         )
+    return loader_train, loader_eval, mixup_fn
 
+
+def _train_loss(args: argparse.Namespace, device: torch.device) -> nn.Module:
+    """Soft-target cross-entropy under Mixup / CutMix (they smooth the labels), else label smoothing or plain CE."""
+    mixup_active = args.mixup > 0 or args.cutmix > 0.0 or args.cutmix_minmax is not None
     if mixup_active:
         train_loss_fn = SoftTargetCrossEntropy()  # Mixup applies the label smoothing
     elif args.smoothing:
         train_loss_fn = LabelSmoothingCrossEntropy(smoothing=args.smoothing)
     else:
         train_loss_fn = nn.CrossEntropyLoss()
-    train_loss_fn = train_loss_fn.to(device)
+    return train_loss_fn.to(device)
+
+
+def _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir: Path, resume_state) -> CheckpointSaver:
+    """Writes ``args.yaml``; timm's CheckpointSaver for the run directory, its history restored when the run resumes
+    in its own directory."""
+    decreasing = 'loss' in args.eval_metric
+    saved_args = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
+    (output_dir / 'args.yaml').write_text(yaml.safe_dump(saved_args, default_flow_style=False))
+    saver = CheckpointSaver(
+        model=model,
+        optimizer=optimizer,
+        args=None,  # no argparse.Namespace in the file: plain torch.load(weights_only=True) reads it
+        model_ema=model_ema,
+        amp_scaler=loss_scaler,
+        checkpoint_dir=str(output_dir),
+        recovery_dir=str(output_dir),
+        decreasing=decreasing,
+        max_history=args.checkpoint_hist,
+    )
+    if (
+        resume_state is not None
+        and 'saver' in resume_state
+        and Path(args.resume).resolve().parent == output_dir.resolve()
+    ):
+        saver.load_state_dict(resume_state['saver'])
+    return saver
+
+
+def _record_epoch(epoch: int, train_metrics, eval_metrics, optimizer, args, output_dir: Path, saver):
+    """Summary rows (timm's ``update_summary`` CSV, our JSONL), the checkpoint and the log line; returns
+    ``(best_metric, best_epoch)``."""
+    lrs = {'lr': optimizer.param_groups[0]['lr'], 'kernel_lr': _group_lr(optimizer, 'kernel')}
+    update_summary(
+        epoch,
+        train_metrics,
+        eval_metrics,
+        filename=str(output_dir / 'summary.csv'),
+        lr=lrs['lr'],
+        write_header=None,
+    )
+    row = {'epoch': epoch, **{f'train_{k}': v for k, v in train_metrics.items()}}
+    row.update({f'eval_{k}': v for k, v in eval_metrics.items()})
+    row.update(lrs)
+    with open(output_dir / 'summary.jsonl', 'a') as f:
+        f.write(json.dumps(row) + '\n')
+    metric_key = f'ema_{args.eval_metric}' if f'ema_{args.eval_metric}' in eval_metrics else args.eval_metric
+    metric = eval_metrics.get(metric_key)
+    best_metric, best_epoch = saver.save_checkpoint(epoch, metric=metric)
+    shown = ', '.join(f'{k} {v:.4g}' for k, v in eval_metrics.items())
+    _logger.info(
+        f'epoch {epoch}: train loss {train_metrics["loss"]:.4f} ({train_metrics["img_s"]:.0f} img/s, '
+        f'{train_metrics["time_s"]:.1f} s), lr {lrs["lr"]:.3g}' + (f' | eval {shown}' if shown else '')
+    )
+    return best_metric, best_epoch
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run training; returns ``output_dir``, ``best_metric``, ``best_epoch``, ``last_epoch``, ``eval_metrics``
+    (of the last epoch) and ``model`` (the trained, unwrapped model of this process)."""
+    _common.setup_logging()
+    args = parse_args(argv)
+    for module in args.device_modules or []:
+        importlib.import_module(module)
+    if not args.data_dir and not args.dataset:
+        raise SystemExit('mrconvnext-train: give --data-dir (an ImageFolder root) or --dataset')
+
+    device = init_distributed_device(args)
+    primary = args.rank == 0
+    args.prefetcher = device.type == 'cuda' and not args.no_prefetcher
+    dataset_train, dataset_eval = _datasets(args)
+    model, data_config = _build_model(args, device, primary)
+    optimizer = _build_optimizer(model, args, primary)
+    amp_autocast, loss_scaler = _amp(args, device)
+    resume_state, start_epoch = _resume(args, model, optimizer, loss_scaler, primary)
+    model_ema = None
+    if args.model_ema:
+        model_ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup)
+        if resume_state is not None and any(k in resume_state for k in EMA_KEYS):
+            model_ema.module.load_state_dict(read_state_dict(resume_state, use_ema=True)[0])
+
+    if args.distributed:
+        ddp_kwargs = {'device_ids': [device]} if device.type == 'cuda' else {}
+        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=not args.no_ddp_bb, **ddp_kwargs)
+    if args.torchcompile:
+        model = torch.compile(model, backend=args.torchcompile)
+
+    loader_train, loader_eval, mixup_fn = _build_loaders(args, data_config, dataset_train, dataset_eval, device)
+    train_loss_fn = _train_loss(args, device)
 
     updates_per_epoch = len(loader_train)
     lr_scheduler, num_epochs = create_scheduler_v2(
@@ -580,29 +663,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 
     output_dir = _output_dir(args, create=primary)
     saver = None
-    decreasing = 'loss' in args.eval_metric
     if primary:
-        saved_args = {
-            k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))
-        }
-        (output_dir / 'args.yaml').write_text(yaml.safe_dump(saved_args, default_flow_style=False))
-        saver = CheckpointSaver(
-            model=model,
-            optimizer=optimizer,
-            args=None,  # no argparse.Namespace in the file: plain torch.load(weights_only=True) reads it
-            model_ema=model_ema,
-            amp_scaler=loss_scaler,
-            checkpoint_dir=str(output_dir),
-            recovery_dir=str(output_dir),
-            decreasing=decreasing,
-            max_history=args.checkpoint_hist,
-        )
-        if (
-            resume_state is not None
-            and 'saver' in resume_state
-            and Path(args.resume).resolve().parent == output_dir.resolve()
-        ):
-            saver.load_state_dict(resume_state['saver'])
+        saver = _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir, resume_state)
         _logger.info(f'output: {output_dir}  ({num_epochs} epochs, {updates_per_epoch} updates per epoch)')
 
     best_metric = best_epoch = None
@@ -643,27 +705,8 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             lr_scheduler.step(epoch + 1, eval_metrics.get(args.eval_metric))
 
         if primary:
-            lrs = {'lr': optimizer.param_groups[0]['lr'], 'kernel_lr': _group_lr(optimizer, 'kernel')}
-            update_summary(
-                epoch,
-                train_metrics,
-                eval_metrics,
-                filename=str(output_dir / 'summary.csv'),
-                lr=lrs['lr'],
-                write_header=None,
-            )
-            row = {'epoch': epoch, **{f'train_{k}': v for k, v in train_metrics.items()}}
-            row.update({f'eval_{k}': v for k, v in eval_metrics.items()})
-            row.update(lrs)
-            with open(output_dir / 'summary.jsonl', 'a') as f:
-                f.write(json.dumps(row) + '\n')
-            metric_key = f'ema_{args.eval_metric}' if f'ema_{args.eval_metric}' in eval_metrics else args.eval_metric
-            metric = eval_metrics.get(metric_key)
-            best_metric, best_epoch = saver.save_checkpoint(epoch, metric=metric)
-            shown = ', '.join(f'{k} {v:.4g}' for k, v in eval_metrics.items())
-            _logger.info(
-                f'epoch {epoch}: train loss {train_metrics["loss"]:.4f} ({train_metrics["img_s"]:.0f} img/s, '
-                f'{train_metrics["time_s"]:.1f} s), lr {lrs["lr"]:.3g}' + (f' | eval {shown}' if shown else '')
+            best_metric, best_epoch = _record_epoch(
+                epoch, train_metrics, eval_metrics, optimizer, args, output_dir, saver
             )
 
     if primary and best_metric is not None:
