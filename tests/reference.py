@@ -123,22 +123,10 @@ def lags(K: int, causal: bool) -> list[int]:
 
 
 def naive_light(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """y[b, c, t] = bias[c] + sum_k w[c // R, k] * x[b, c, t - lag_k], plain Python loops."""
-    B, C, n = x.shape
-    H, K = w.shape
-    R = C // H
-    xs, ws = x.tolist(), w.tolist()
-    out = [[[0.0] * n for _ in range(C)] for _ in range(B)]
-    for b in range(B):
-        for c in range(C):
-            for t in range(n):
-                acc = 0.0 if bias is None else float(bias[c])
-                for k, lag in enumerate(lags(K, causal)):
-                    s = t - lag
-                    if 0 <= s < n:
-                        acc += ws[c // R][k] * xs[b][c][s]
-                out[b][c][t] = acc
-    return torch.tensor(out, dtype=x.dtype)
+    """y[b, c, t] = bias[c] + sum_k w[c // R, k] * x[b, c, t - lag_k]: :func:`naive_dynamic` with the same
+    ``(H, K)`` kernel at every batch item and position."""
+    B, _, n = x.shape
+    return naive_dynamic(x, w[None, :, None, :].expand(B, -1, n, -1), bias, causal)
 
 
 def naive_dynamic(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
