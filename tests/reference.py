@@ -53,11 +53,11 @@ def overlap(lo: float, hi: float, j: int) -> float:
 def naive_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
     """O(L * K) loops: y_i = sum_j |[a_l, a_r + 1] ∩ [j, j + 1]| x_j / (ml + mr + 1), edges clamped."""
     B, C, L = x.shape
-    H = off.shape[1]
-    R = C // H
+    heads = off.shape[1]
+    R = C // heads
     y = torch.zeros_like(x)
     for b in range(B):
-        for h in range(H):
+        for h in range(heads):
             for i in range(L):
                 lo = min(max(i - off[b, h, i, 0].item() * ml, 0.0), L - 1)
                 hi = min(max(i + off[b, h, i, 1].item() * mr, 0.0), L - 1) + 1
@@ -69,8 +69,8 @@ def naive_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.
 def paper_eq5_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> torch.Tensor:
     """Eq. 2-5 and 8 literally: S_0 = 0, S_t = S_{t-1} + x_t (1-based), floor/ceil interpolation."""
     B, C, L = x.shape
-    H = off.shape[1]
-    R = C // H
+    heads = off.shape[1]
+    R = C // heads
     y = torch.zeros_like(x)
     for b in range(B):
         for c in range(C):
@@ -91,22 +91,22 @@ def paper_eq5_talk1d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int) -> to
 
 def naive_talk2d(x: torch.Tensor, off: torch.Tensor, ml: int, mr: int, mt: int, mb: int) -> torch.Tensor:
     """Loops over each box: weight of pixel (r, s) = row overlap * column overlap, normalized by max area."""
-    B, C, Hh, Ww = x.shape
-    H = off.shape[1]
-    R = C // H
+    B, C, H, W = x.shape
+    heads = off.shape[1]
+    R = C // heads
     y = torch.zeros_like(x)
     for b in range(B):
-        for h in range(H):
-            for i in range(Hh):
-                for j in range(Ww):
+        for h in range(heads):
+            for i in range(H):
+                for j in range(W):
                     o = off[b, h, i, j].tolist()
-                    c_lo = min(max(j - o[0] * ml, 0.0), Ww - 1)
-                    c_hi = min(max(j + o[1] * mr, 0.0), Ww - 1) + 1
-                    r_lo = min(max(i - o[2] * mt, 0.0), Hh - 1)
-                    r_hi = min(max(i + o[3] * mb, 0.0), Hh - 1) + 1
+                    c_lo = min(max(j - o[0] * ml, 0.0), W - 1)
+                    c_hi = min(max(j + o[1] * mr, 0.0), W - 1) + 1
+                    r_lo = min(max(i - o[2] * mt, 0.0), H - 1)
+                    r_hi = min(max(i + o[3] * mb, 0.0), H - 1) + 1
                     acc = torch.zeros(R, dtype=x.dtype)
-                    for r in range(math.floor(r_lo), min(Hh, math.ceil(r_hi))):
-                        for s in range(math.floor(c_lo), min(Ww, math.ceil(c_hi))):
+                    for r in range(math.floor(r_lo), min(H, math.ceil(r_hi))):
+                        for s in range(math.floor(c_lo), min(W, math.ceil(c_hi))):
                             w = overlap(r_lo, r_hi, r) * overlap(c_lo, c_hi, s)
                             acc += w * x[b, h * R : (h + 1) * R, r, s]
                     y[b, h * R : (h + 1) * R, i, j] = acc

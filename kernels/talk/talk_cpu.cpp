@@ -1,8 +1,8 @@
 // CPU forward/backward of TaLK 1-D and 2-D (box) summation convolutions + pybind11 bindings.
 //
 // Layouts (all contiguous): x (B, C, L) / (B, C, H, W) in float64/float32/float16/bfloat16; offsets
-// (B, NH, L, 2) [start, end] / (B, NH, H, W, 4) [left, right, top, bottom] in the accumulation dtype
-// (float64 for float64 x, float32 otherwise); channel c belongs to head c / (C / NH).
+// (B, NH, L, 2) [start, end] / (B, NH, H, W, 4) [left, right, top, bottom] in the accumulation dtype (float64 for
+// float64 x, float32 otherwise); NH heads, H and W the height and width; channel c belongs to head c / (C / NH).
 // Forward: parallel over (b, c) rows/planes, prefix table accumulated per row in the accumulation type.
 // Backward: (A) dx parallel over rows/planes, scattering into a private prefix-gradient buffer followed by
 // a suffix sum, (B) offset gradients parallel over (b, head, position), summing over the head's channels.
@@ -194,10 +194,10 @@ std::vector<at::Tensor> talk2d_forward(const at::Tensor& x, const at::Tensor& of
   check_common(x, off, 4, 4);
   TORCH_CHECK(max_left >= 0 && max_right >= 0 && max_top >= 0 && max_bottom >= 0,
               "talk (cpu): max offsets must be >= 0");
-  const int64_t B = x.size(0), C = x.size(1), Hh = x.size(2), Ww = x.size(3), NH = off.size(1), R = C / NH;
-  const int64_t w1 = Ww + 1, plane = Hh * Ww, pplane = (Hh + 1) * w1;
+  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), NH = off.size(1), R = C / NH;
+  const int64_t w1 = W + 1, plane = H * W, pplane = (H + 1) * w1;
   auto y = at::empty_like(x);
-  auto P = at::empty({B, C, Hh + 1, Ww + 1}, x.options().dtype(acc_type_of(x.scalar_type())));
+  auto P = at::empty({B, C, H + 1, W + 1}, x.options().dtype(acc_type_of(x.scalar_type())));
   if (y.numel() == 0) return {y, P.zero_()};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk2d_forward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -214,23 +214,23 @@ std::vector<at::Tensor> talk2d_forward(const at::Tensor& x, const at::Tensor& of
         const scalar_t* xr = xp + pl * plane;
         acc_t* Pr = Pp + pl * pplane;
         for (int64_t u = 0; u < w1; ++u) Pr[u] = acc_t(0);
-        for (int64_t r = 0; r < Hh; ++r) {
+        for (int64_t r = 0; r < H; ++r) {
           acc_t run = acc_t(0);
           Pr[(r + 1) * w1] = acc_t(0);
-          for (int64_t c = 0; c < Ww; ++c) {
-            run += static_cast<acc_t>(xr[r * Ww + c]);
+          for (int64_t c = 0; c < W; ++c) {
+            run += static_cast<acc_t>(xr[r * W + c]);
             Pr[(r + 1) * w1 + c + 1] = Pr[r * w1 + c + 1] + run;
           }
         }
         const acc_t* o = op + (b * NH + h) * plane * 4;
-        for (int64_t r = 0; r < Hh; ++r) {
-          for (int64_t c = 0; c < Ww; ++c) {
-            const acc_t* oo = o + (r * Ww + c) * 4;
-            const Edge<acc_t> el = start_edge<acc_t>(c, Ww, oo[0] * ml);
-            const Edge<acc_t> er = end_edge<acc_t>(c, Ww, oo[1] * mr);
-            const Edge<acc_t> et = start_edge<acc_t>(r, Hh, oo[2] * mt);
-            const Edge<acc_t> eb = end_edge<acc_t>(r, Hh, oo[3] * mb);
-            yp[pl * plane + r * Ww + c] = static_cast<scalar_t>(box_sum_2d(Pr, w1, et, eb, el, er) * inv);
+        for (int64_t r = 0; r < H; ++r) {
+          for (int64_t c = 0; c < W; ++c) {
+            const acc_t* oo = o + (r * W + c) * 4;
+            const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
+            const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
+            const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
+            const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
+            yp[pl * plane + r * W + c] = static_cast<scalar_t>(box_sum_2d(Pr, w1, et, eb, el, er) * inv);
           }
         }
       }
@@ -246,16 +246,16 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
               "talk (cpu): expected CPU tensors");
   TORCH_CHECK(grad_y.dim() == 4 && grad_y.is_contiguous() && P.is_contiguous() && off.is_contiguous(),
               "talk (cpu): expected contiguous (B, C, H, W) grad_y");
-  const int64_t B = grad_y.size(0), C = grad_y.size(1), Hh = grad_y.size(2), Ww = grad_y.size(3);
-  TORCH_CHECK(P.dim() == 4 && P.size(0) == B && P.size(1) == C && P.size(2) == Hh + 1 && P.size(3) == Ww + 1,
+  const int64_t B = grad_y.size(0), C = grad_y.size(1), H = grad_y.size(2), W = grad_y.size(3);
+  TORCH_CHECK(P.dim() == 4 && P.size(0) == B && P.size(1) == C && P.size(2) == H + 1 && P.size(3) == W + 1,
               "talk (cpu): integral image has the wrong shape");
   TORCH_CHECK(P.scalar_type() == acc_type_of(grad_y.scalar_type()) && off.scalar_type() == P.scalar_type(),
               "talk (cpu): integral image / offsets dtype mismatch");
-  TORCH_CHECK(off.dim() == 5 && off.size(0) == B && off.size(2) == Hh && off.size(3) == Ww && off.size(4) == 4 &&
+  TORCH_CHECK(off.dim() == 5 && off.size(0) == B && off.size(2) == H && off.size(3) == W && off.size(4) == 4 &&
                   off.size(1) > 0 && C % off.size(1) == 0,
               "talk (cpu): bad offsets shape");
   const int64_t NH = off.size(1), R = C / NH;
-  const int64_t w1 = Ww + 1, plane = Hh * Ww, pplane = (Hh + 1) * w1;
+  const int64_t w1 = W + 1, plane = H * W, pplane = (H + 1) * w1;
   at::Tensor dx, doff;
   if (need_dx) dx = at::empty_like(grad_y);
   if (need_doff) doff = at::zeros_like(off);
@@ -277,29 +277,29 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
           const acc_t* o = op + (b * NH + h) * plane * 4;
           const scalar_t* gr = gp + pl * plane;
           std::fill(dP.begin(), dP.end(), acc_t(0));
-          for (int64_t r = 0; r < Hh; ++r) {
-            for (int64_t c = 0; c < Ww; ++c) {
-              const acc_t* oo = o + (r * Ww + c) * 4;
-              const Edge<acc_t> el = start_edge<acc_t>(c, Ww, oo[0] * ml);
-              const Edge<acc_t> er = end_edge<acc_t>(c, Ww, oo[1] * mr);
-              const Edge<acc_t> et = start_edge<acc_t>(r, Hh, oo[2] * mt);
-              const Edge<acc_t> eb = end_edge<acc_t>(r, Hh, oo[3] * mb);
+          for (int64_t r = 0; r < H; ++r) {
+            for (int64_t c = 0; c < W; ++c) {
+              const acc_t* oo = o + (r * W + c) * 4;
+              const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
+              const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
+              const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
+              const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
               const Scatter2d<acc_t> s =
-                  scatter_2d(w1, et, eb, el, er, static_cast<acc_t>(gr[r * Ww + c]) * inv);
+                  scatter_2d(w1, et, eb, el, er, static_cast<acc_t>(gr[r * W + c]) * inv);
               for (int q = 0; q < 16; ++q) dP[s.idx[q]] += s.w[q];
             }
           }
           // 2-D suffix sum in place: dP[v][u] <- sum_{v' >= v, u' >= u} dP[v'][u']; dx[r][c] = that at (r+1, c+1).
-          for (int64_t v = Hh; v >= 1; --v) {
+          for (int64_t v = H; v >= 1; --v) {
             acc_t run = acc_t(0);
-            for (int64_t u = Ww; u >= 1; --u) {
+            for (int64_t u = W; u >= 1; --u) {
               run += dP[v * w1 + u];
-              dP[v * w1 + u] = run + (v < Hh ? dP[(v + 1) * w1 + u] : acc_t(0));
+              dP[v * w1 + u] = run + (v < H ? dP[(v + 1) * w1 + u] : acc_t(0));
             }
           }
-          for (int64_t r = 0; r < Hh; ++r)
-            for (int64_t c = 0; c < Ww; ++c)
-              dxp[pl * plane + r * Ww + c] = static_cast<scalar_t>(dP[(r + 1) * w1 + c + 1]);
+          for (int64_t r = 0; r < H; ++r)
+            for (int64_t c = 0; c < W; ++c)
+              dxp[pl * plane + r * W + c] = static_cast<scalar_t>(dP[(r + 1) * w1 + c + 1]);
         }
       });
     }
@@ -309,12 +309,12 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
       at::parallel_for(0, B * NH * plane, grain_for(R * 16), [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
           const int64_t pos = t % plane, bh = t / plane, b = bh / NH, h = bh % NH;
-          const int64_t r = pos / Ww, c = pos % Ww;
+          const int64_t r = pos / W, c = pos % W;
           const acc_t* oo = op + t * 4;
-          const Edge<acc_t> el = start_edge<acc_t>(c, Ww, oo[0] * ml);
-          const Edge<acc_t> er = end_edge<acc_t>(c, Ww, oo[1] * mr);
-          const Edge<acc_t> et = start_edge<acc_t>(r, Hh, oo[2] * mt);
-          const Edge<acc_t> eb = end_edge<acc_t>(r, Hh, oo[3] * mb);
+          const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
+          const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
+          const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
+          const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
           const bool live[4] = {el.live, er.live, et.live, eb.live};
           if (!(live[0] || live[1] || live[2] || live[3])) continue;
           acc_t sum[4] = {acc_t(0), acc_t(0), acc_t(0), acc_t(0)};

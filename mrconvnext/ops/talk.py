@@ -3,15 +3,15 @@
 Lioutas & Guo, ICML 2020, Sec. 3.1-3.5; the 2-D box variant is ours (integral image, as box convolutions).
 
 1-D conventions
-    ``x`` (B, C, L); ``offsets`` (B, H, L, 2) relative offsets in [0, 1]: ``[..., 0]`` left (ã_l),
-    ``[..., 1]`` right (ã_r); H heads, channel c uses head ``c // (C // H)`` (contiguous channel groups).
+    ``x`` (B, C, L); ``offsets`` (B, heads, L, 2) relative offsets in [0, 1]: ``[..., 0]`` left (ã_l),
+    ``[..., 1]`` right (ã_r); channel c uses head ``c // (C // heads)`` (contiguous channel groups).
     Window of position i: ``[a_l, a_r]`` with ``a_l = i - ã_l * max_left``, ``a_r = i + ã_r * max_right``, both
     clamped to ``[0, L - 1]``. ``y[b, c, i] = (S(a_r) - S(a_l - 1)) / (max_left + max_right + 1)``, S the
     inclusive prefix sum of x with ``S(-1) = 0``, linearly interpolated at real positions (Eq. 5): the window
     sum with fractional weights on its two end cells, normalized by the maximum window size (Eq. 8).
     Causal (decoder) TaLK is ``max_right = 0``.
 2-D conventions
-    ``x`` (B, C, Hh, Ww); ``offsets`` (B, H, Hh, Ww, 4) = (left, right, top, bottom). Box of pixel (i, j):
+    ``x`` (B, C, H, W); ``offsets`` (B, heads, H, W, 4) = (left, right, top, bottom). Box of pixel (i, j):
     rows ``[i - ã_t * max_top, i + ã_b * max_bottom]`` x cols ``[j - ã_l * max_left, j + ã_r * max_right]``,
     clamped to the image; box sum by bilinear interpolation of the integral image (zero first row/column) at
     the real-valued corners, i.e. fractional border strips and corners; normalized by the maximum box area
@@ -22,6 +22,8 @@ Gradients
     the one-sided slope in the direction of a *growing* window is used, so offsets that are exactly 0 (e.g.
     after offsets dropout) get the gradient of opening the window, and a boundary exactly on the sequence
     end it would grow past (a_l = 0, a_r = L - 1) gets zero.
+Names
+    ``heads`` is always the number of heads (``NH`` in the C++ kernel), ``H`` / ``W`` the image height and width.
 Precision
     Positions, interpolation weights and the prefix table are computed in float32 for float16 / bfloat16 /
     float32 inputs (float64 for float64), with int64 indexing; outputs are in x's dtype.

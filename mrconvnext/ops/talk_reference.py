@@ -105,16 +105,16 @@ def talk2d_reference(
     heads = _check_inputs(x, offsets, 2)
     ml, mr = _check_max('max_left', max_left), _check_max('max_right', max_right)
     mt, mb = _check_max('max_top', max_top), _check_max('max_bottom', max_bottom)
-    B, C, Hh, Ww = x.shape
-    R, N, W1 = C // heads, Hh * Ww, Ww + 1
+    B, C, H, W = x.shape
+    R, N, W1 = C // heads, H * W, W + 1
     acc = _acc_dtype(x.dtype)
-    P = F.pad(x.to(acc).reshape(B, heads, R, Hh, Ww).cumsum(-2).cumsum(-1), (1, 0, 1, 0))
-    P = P.reshape(B, heads, R, (Hh + 1) * W1)
+    P = F.pad(x.to(acc).reshape(B, heads, R, H, W).cumsum(-2).cumsum(-1), (1, 0, 1, 0))
+    P = P.reshape(B, heads, R, (H + 1) * W1)
     off = offsets.to(acc)
-    cols = torch.arange(Ww, device=x.device, dtype=acc)
-    rows = torch.arange(Hh, device=x.device, dtype=acc)[:, None]
-    left, right = _ref_edges(cols, off[..., 0] * ml, off[..., 1] * mr, Ww)
-    top, bottom = _ref_edges(rows, off[..., 2] * mt, off[..., 3] * mb, Hh)
+    cols = torch.arange(W, device=x.device, dtype=acc)
+    rows = torch.arange(H, device=x.device, dtype=acc)[:, None]
+    left, right = _ref_edges(cols, off[..., 0] * ml, off[..., 1] * mr, W)
+    top, bottom = _ref_edges(rows, off[..., 2] * mt, off[..., 3] * mb, H)
 
     def corner(ev, eu):
         (v, kv), (u, ku) = ev, eu
@@ -126,4 +126,4 @@ def talk2d_reference(
         return (1 - fv) * ((1 - fu) * p00 + fu * p01) + fv * ((1 - fu) * p10 + fu * p11)
 
     box = corner(bottom, right) - corner(bottom, left) - corner(top, right) + corner(top, left)
-    return (box / ((ml + mr + 1) * (mt + mb + 1))).reshape(B, C, Hh, Ww).to(x.dtype)
+    return (box / ((ml + mr + 1) * (mt + mb + 1))).reshape(B, C, H, W).to(x.dtype)

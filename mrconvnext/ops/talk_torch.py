@@ -96,32 +96,32 @@ class TorchKernels:
         return dx, doff
 
     @staticmethod
-    def _edges_2d(off: torch.Tensor, Hh: int, Ww: int, maxes: tuple[int, int, int, int]):
+    def _edges_2d(off: torch.Tensor, H: int, W: int, maxes: tuple[int, int, int, int]):
         ml, mr, mt, mb = maxes
-        cols = torch.arange(Ww, device=off.device, dtype=off.dtype)
-        rows = torch.arange(Hh, device=off.device, dtype=off.dtype)[:, None]
+        cols = torch.arange(W, device=off.device, dtype=off.dtype)
+        rows = torch.arange(H, device=off.device, dtype=off.dtype)[:, None]
         return (
-            _start_edges(cols, off[..., 0] * ml, Ww),
-            _end_edges(cols, off[..., 1] * mr, Ww),
-            _start_edges(rows, off[..., 2] * mt, Hh),
-            _end_edges(rows, off[..., 3] * mb, Hh),
+            _start_edges(cols, off[..., 0] * ml, W),
+            _end_edges(cols, off[..., 1] * mr, W),
+            _start_edges(rows, off[..., 2] * mt, H),
+            _end_edges(rows, off[..., 3] * mb, H),
         )
 
     @staticmethod
     def _corner_terms(P, ev, eu, W1, R):
-        """Flat index (B, H, R, N) of P[kv, ku] and the fractions (B, H, 1, N) of one box corner."""
-        B, heads, Hh, Ww = ev[0].shape
-        shape = (B, heads, 1, Hh * Ww)
-        idx = (ev[0] * W1 + eu[0]).reshape(shape).expand(B, heads, R, Hh * Ww)
+        """Flat index (B, heads, R, N) of P[kv, ku] and the fractions (B, heads, 1, N) of one box corner."""
+        B, heads, H, W = ev[0].shape
+        shape = (B, heads, 1, H * W)
+        idx = (ev[0] * W1 + eu[0]).reshape(shape).expand(B, heads, R, H * W)
         return idx, ev[1].reshape(shape), eu[1].reshape(shape)
 
     @staticmethod
     def talk2d_forward(x, off, max_left, max_right, max_top, max_bottom):
-        B, C, Hh, Ww = x.shape
-        heads, R, W1 = off.shape[1], C // off.shape[1], Ww + 1
+        B, C, H, W = x.shape
+        heads, R, W1 = off.shape[1], C // off.shape[1], W + 1
         P = F.pad(torch.cumsum(x, 2, dtype=off.dtype).cumsum(3), (1, 0, 1, 0))
-        Pf = P.view(B, heads, R, (Hh + 1) * W1)
-        el, er, et, eb = TorchKernels._edges_2d(off, Hh, Ww, (max_left, max_right, max_top, max_bottom))
+        Pf = P.view(B, heads, R, (H + 1) * W1)
+        el, er, et, eb = TorchKernels._edges_2d(off, H, W, (max_left, max_right, max_top, max_bottom))
 
         def corner(ev, eu):
             idx, fv, fu = TorchKernels._corner_terms(Pf, ev, eu, W1, R)
@@ -131,16 +131,16 @@ class TorchKernels:
 
         box = corner(eb, er) - corner(eb, el) - corner(et, er) + corner(et, el)
         y = box * (1.0 / ((max_left + max_right + 1) * (max_top + max_bottom + 1)))
-        return y.reshape(B, C, Hh, Ww).to(x.dtype), P
+        return y.reshape(B, C, H, W).to(x.dtype), P
 
     @staticmethod
     def talk2d_backward(g, P, off, max_left, max_right, max_top, max_bottom, need_dx, need_doff):
-        B, C, Hh, Ww = g.shape
-        heads, R, W1 = off.shape[1], C // off.shape[1], Ww + 1
-        Pf = P.view(B, heads, R, (Hh + 1) * W1)
+        B, C, H, W = g.shape
+        heads, R, W1 = off.shape[1], C // off.shape[1], W + 1
+        Pf = P.view(B, heads, R, (H + 1) * W1)
         inv = 1.0 / ((max_left + max_right + 1) * (max_top + max_bottom + 1))
-        gs = g.reshape(B, heads, R, Hh * Ww).to(off.dtype) * inv
-        el, er, et, eb = TorchKernels._edges_2d(off, Hh, Ww, (max_left, max_right, max_top, max_bottom))
+        gs = g.reshape(B, heads, R, H * W).to(off.dtype) * inv
+        el, er, et, eb = TorchKernels._edges_2d(off, H, W, (max_left, max_right, max_top, max_bottom))
         corners = ((eb, er, 1.0), (eb, el, -1.0), (et, er, -1.0), (et, el, 1.0))
         dx = doff = None
         if need_dx:
@@ -152,7 +152,7 @@ class TorchKernels:
                 dP.scatter_add_(-1, idx + 1, gv * (1 - fv) * fu)
                 dP.scatter_add_(-1, idx + W1, gv * fv * (1 - fu))
                 dP.scatter_add_(-1, idx + W1 + 1, gv * fv * fu)
-            dP = dP.view(B, C, Hh + 1, W1)[:, :, 1:, 1:]
+            dP = dP.view(B, C, H + 1, W1)[:, :, 1:, 1:]
             dx = _suffix_sum(_suffix_sum(dP, 2), 3).to(g.dtype).contiguous()
         if need_doff:
 
@@ -171,7 +171,7 @@ class TorchKernels:
             terms = (du_bl - du_tl, du_br - du_tr, dv_tr - dv_tl, dv_br - dv_bl)  # left, right, top, bottom
             grads = []
             for term, m, edge in zip(terms, (max_left, max_right, max_top, max_bottom), (el, er, et, eb)):
-                s = (gs * term).sum(2).view(B, heads, Hh, Ww)
+                s = (gs * term).sum(2).view(B, heads, H, W)
                 grads.append(s * m * edge[2])
             doff = torch.stack(grads, -1)
         return dx, doff

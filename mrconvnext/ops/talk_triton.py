@@ -317,33 +317,33 @@ def talk1d_triton_backward(
 
 
 @triton.jit
-def _edges_2d(off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask):
+def _edges_2d(off, bh, p, N, W, H, ml, mr, mt, mb, nmask):
     ob = off + (bh * N + p) * 4
-    row, col = p // Ww, p % Ww
+    row, col = p // W, p % W
     dl = tl.load(ob, mask=nmask, other=0.0)
-    kl, fl, live_l = _start_edge(col, dl * ml, Ww)
-    kr, fr, live_r = _end_edge(col, tl.load(ob + 1, mask=nmask, other=0.0) * mr, Ww)
-    kt, ft, live_t = _start_edge(row, tl.load(ob + 2, mask=nmask, other=0.0) * mt, Hh)
-    kb, fb, live_b = _end_edge(row, tl.load(ob + 3, mask=nmask, other=0.0) * mb, Hh)
+    kl, fl, live_l = _start_edge(col, dl * ml, W)
+    kr, fr, live_r = _end_edge(col, tl.load(ob + 1, mask=nmask, other=0.0) * mr, W)
+    kt, ft, live_t = _start_edge(row, tl.load(ob + 2, mask=nmask, other=0.0) * mt, H)
+    kb, fb, live_b = _end_edge(row, tl.load(ob + 3, mask=nmask, other=0.0) * mb, H)
     return kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b
 
 
 @triton.jit
 def _talk2d_fwd_kernel(
-    P, off, y, C, Hh, Ww, R, heads, ml, mr, mt, mb, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
+    P, off, y, C, H, W, R, heads, ml, mr, mt, mb, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
-    N = Hh * Ww
+    N = H * W
     bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
     kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
-        off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask
+        off, bh, p, N, W, H, ml, mr, mt, mb, nmask
     )
-    w1 = Ww + 1
+    w1 = W + 1
     norm = (ml + mr + 1) * (mt + mb + 1)
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
         mask = (r < R)[:, None] & nmask[None, :]
-        Pp = P + (b * C + c)[:, None] * ((Hh + 1) * w1)
+        Pp = P + (b * C + c)[:, None] * ((H + 1) * w1)
         box = _corner_value(Pp, w1, kb, fb, kr, fr, mask) - _corner_value(Pp, w1, kb, fb, kl, fl, mask)
         box += _corner_value(Pp, w1, kt, ft, kl, fl, mask) - _corner_value(Pp, w1, kt, ft, kr, fr, mask)
         tl.store(y + (b * C + c)[:, None] * N + p[None, :], (box / norm).to(y.dtype.element_ty), mask=mask)
@@ -357,8 +357,8 @@ def _talk2d_bwd_kernel(
     dP,
     doff,
     C,
-    Hh,
-    Ww,
+    H,
+    W,
     R,
     heads,
     ml,
@@ -370,12 +370,12 @@ def _talk2d_bwd_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    N = Hh * Ww
+    N = H * W
     bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
     kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
-        off, bh, p, N, Ww, Hh, ml, mr, mt, mb, nmask
+        off, bh, p, N, W, H, ml, mr, mt, mb, nmask
     )
-    w1 = Ww + 1
+    w1 = W + 1
     norm = (ml + mr + 1) * (mt + mb + 1)
     acc_l = tl.zeros([BLOCK_N], dtype=fl.dtype)
     acc_r = tl.zeros([BLOCK_N], dtype=fl.dtype)
@@ -385,7 +385,7 @@ def _talk2d_bwd_kernel(
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
         mask = (r < R)[:, None] & nmask[None, :]
-        plane = (b * C + c)[:, None] * ((Hh + 1) * w1)
+        plane = (b * C + c)[:, None] * ((H + 1) * w1)
         gs = tl.load(g + (b * C + c)[:, None] * N + p[None, :], mask=mask, other=0.0).to(fl.dtype) / norm
         if NEED_DX:
             _scatter_corner(dP + plane, w1, kb, fb, kr, fr, gs, mask)
@@ -419,11 +419,11 @@ def talk2d_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TaLK 2-D forward: ``(y (B, C, H, W) contiguous, P (B, C, H + 1, W + 1))``, P the integral image in the
     accumulation dtype (kept for the backward)."""
-    B, C, Hh, Ww = x.shape
+    B, C, H, W = x.shape
     heads = offsets.shape[1]
     acc = _acc_dtype(x.dtype)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    P = torch.empty((B, C, Hh + 1, Ww + 1), dtype=acc, device=x.device)
+    P = torch.empty((B, C, H + 1, W + 1), dtype=acc, device=x.device)
     P[:, :, 0, :] = 0
     P[:, :, :, 0] = 0
     if x.numel() == 0:
@@ -432,8 +432,8 @@ def talk2d_triton(
     _scan(x, inner, reverse=False)  # rows
     _scan(inner.transpose(2, 3), inner.transpose(2, 3), reverse=False)  # columns, in place
     off = offsets.to(acc).contiguous()
-    wrap_triton(_talk2d_fwd_kernel)[_grid_2d(B, heads, Hh * Ww)](
-        P, off, y, C, Hh, Ww, C // heads, heads, max_left, max_right, max_top, max_bottom,
+    wrap_triton(_talk2d_fwd_kernel)[_grid_2d(B, heads, H * W)](
+        P, off, y, C, H, W, C // heads, heads, max_left, max_right, max_top, max_bottom,
         BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
     )  # fmt: skip
     return y, P
@@ -452,7 +452,7 @@ def talk2d_triton_backward(
     need_doff: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dx (B, C, H, W) contiguous, doff in offsets' dtype)`` of :func:`talk2d_triton` from its integral image."""
-    B, C, Hh, Ww = grad_y.shape
+    B, C, H, W = grad_y.shape
     heads = offsets.shape[1]
     off = offsets.to(P.dtype).contiguous()
     dx = torch.empty(grad_y.shape, dtype=grad_y.dtype, device=P.device) if need_dx else grad_y.new_empty(0)
@@ -461,8 +461,8 @@ def talk2d_triton_backward(
         return dx, doff.to(offsets.dtype)
     dP = torch.zeros_like(P) if need_dx else P
     g = grad_y.contiguous()
-    wrap_triton(_talk2d_bwd_kernel)[_grid_2d(B, heads, Hh * Ww)](
-        g, P, off, dP, doff if need_doff else off, C, Hh, Ww, C // heads, heads,
+    wrap_triton(_talk2d_bwd_kernel)[_grid_2d(B, heads, H * W)](
+        g, P, off, dP, doff if need_doff else off, C, H, W, C // heads, heads,
         max_left, max_right, max_top, max_bottom,
         NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
     )  # fmt: skip

@@ -84,11 +84,11 @@ _COMPILE_ALL = textwrap.dedent(
                                          L='i32', R='i32', heads='i32', **i64s('sgb', 'sgc', 'sgl', 'sxb', 'sxc', 'sxl'),
                                          ml='i32', mr='i32', NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_L=ce),
              dict(NEED_DX=True, NEED_DOFF=True, **blocks)),
-            (tt._talk2d_fwd_kernel, dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', C='i32', Hh='i32', Ww='i32', R='i32',
+            (tt._talk2d_fwd_kernel, dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', C='i32', H='i32', W='i32', R='i32',
                                          heads='i32', ml='i32', mr='i32', mt='i32', mb='i32', BLOCK_R=ce, BLOCK_N=ce),
              dict(BLOCK_R=8, BLOCK_N=128)),
             (tt._talk2d_bwd_kernel, dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}', C='i32',
-                                         Hh='i32', Ww='i32', R='i32', heads='i32', ml='i32', mr='i32', mt='i32',
+                                         H='i32', W='i32', R='i32', heads='i32', ml='i32', mr='i32', mt='i32',
                                          mb='i32', NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_N=ce),
              dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=8, BLOCK_N=128)),
         ]
