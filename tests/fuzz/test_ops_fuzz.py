@@ -10,7 +10,7 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mrconvnext.layers import MRConv1d
@@ -93,8 +93,11 @@ def test_long_conv1d(B, C, L, K_extra, lag_frac, N, backend, engine, layout, wit
     mean=st.sampled_from([0.0, 100.0, -1000.0, 1000.0]),
     spread=st.sampled_from([1e-2, 1.0, 10.0]),
     layout=st.sampled_from(['contiguous', 'channels_last']),
+    seed=st.integers(0, 2**32 - 1),
 )
-def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, spread, layout):
+@example(B=2, C=2, L=2, N=2, K=2, mean=-1000.0, spread=0.01, layout='channels_last', seed=1)  # once too strict
+def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, spread, layout, seed):
+    torch.manual_seed(seed)  # drawn by hypothesis, so a failing example replays with the same tensors
     x = _layout((torch.randn(B, C, L, dtype=torch.float64) * spread + mean).float(), layout).requires_grad_()
     k = torch.randn(N, C, K, dtype=torch.float64) / K**0.5
     w, b, a = 1 + 0.3 * torch.randn(N, C, dtype=torch.float64), torch.randn(N, C, dtype=torch.float64), torch.rand(N, C)
@@ -111,7 +114,11 @@ def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, sprea
     tol = (1e-4 + 20 * rounding) * float(a.abs().sum(0).max()) * max(1.0, float(w.abs().max()))
     torch.testing.assert_close(y.double(), ry, rtol=0, atol=tol)
     zd = z.detach()
-    torch.testing.assert_close(m.double(), zd.mean((0, 3)), rtol=1e-5, atol=1e-5 * spread)
+    # The statistics are those of the float32 outputs: each output carries up to about one ulp of its magnitude
+    # (the centring mean times the ones response, then the sum), 1.2e-7 |z| relative, which no average removes
+    # when B * L is small (the fuzzer found B = L = 2, mean -1000, spread 1e-2: 1.9e-5 off, within 1.2e-7 * |z|).
+    z_ulp = 1.2e-7 * float(zd.abs().max())
+    torch.testing.assert_close(m.double(), zd.mean((0, 3)), rtol=1e-5, atol=1e-5 * spread + z_ulp)
     torch.testing.assert_close(v.double(), zd.var((0, 3), unbiased=False), rtol=1e-3 + 40 * rounding, atol=1e-9)
     g = torch.randn_like(ry)
     (gx,) = torch.autograd.grad(y, x, g.float())
