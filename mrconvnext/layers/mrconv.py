@@ -268,7 +268,7 @@ class MRConv1d(ScriptedInPython):
         if geometry not in self._adapted:
             if len(self._adapted) > _ADAPTED_CACHE_SIZE:  # the sizes plus the 'kernel' entry
                 self._adapted.pop(next(g for g in self._adapted if g != 'kernel'))
-            with torch.no_grad():
+            with torch.no_grad(), torch.inference_mode(False):  # a plain tensor, whatever mode built it
                 kernel, zero_lag = self._adapt(k, width, length)
             self._adapted[geometry] = (kernel, zero_lag, {})
         return self._adapted[geometry]

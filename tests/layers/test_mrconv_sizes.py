@@ -179,3 +179,19 @@ def test_compiled_equals_eager_at_another_width(deploy):
         grads.append([xi.grad] + [p.grad.clone() for p in layer.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_adapted_kernel_built_in_inference_mode_serves_a_frozen_layer_in_training():
+    """A deployed layer first run at another size under inference_mode, then frozen inside a model that trains
+    (its input requires grad): the kept adapted kernel is a plain tensor, so the backward runs."""
+    layer = _trained(_layer())
+    layer.reparameterize()
+    layer.requires_grad_(False)
+    x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
+    with torch.inference_mode():
+        ref = layer(x)
+    xi = x.clone().requires_grad_()
+    y = layer(xi)
+    y.sum().backward()
+    torch.testing.assert_close(y.detach(), ref, rtol=0, atol=0)
+    assert xi.grad is not None and torch.isfinite(xi.grad).all()
