@@ -316,12 +316,16 @@ def evaluate(
         out = out.float()
         top1, top5 = accuracy(out, y, topk=(1, 5))
         n = y.numel()
-        meters['loss'].update(torch.nn.functional.cross_entropy(out, y).item(), n)
-        meters['top1'].update(top1.item(), n)
-        meters['top5'].update(top5.item(), n)
-    sums = torch.tensor([m.sum for m in meters.values()] + [meters['loss'].count], dtype=torch.float64)
+        # 0-d tensors on the device: the meters' sums stay there, no host sync per batch
+        meters['loss'].update(torch.nn.functional.cross_entropy(out, y).double(), n)
+        meters['top1'].update(top1.double(), n)
+        meters['top5'].update(top5.double(), n)
+    count = float(meters['loss'].count)
+    sums = torch.stack([torch.as_tensor(m.sum, dtype=torch.float64, device=device) for m in meters.values()])
+    sums = torch.cat([sums, torch.tensor([count], dtype=torch.float64, device=device)])
     if distributed:
-        sums = reduce_tensor(sums.to(device), 1).cpu()
+        sums = reduce_tensor(sums, 1)
+    sums = sums.cpu()
     model.train(was_training)
     count = max(sums[3].item(), 1.0)
     return {
