@@ -226,10 +226,8 @@ std::vector<at::Tensor> talk2d_forward(const at::Tensor& x, const at::Tensor& of
         for (int64_t r = 0; r < H; ++r) {
           for (int64_t c = 0; c < W; ++c) {
             const acc_t* oo = o + (r * W + c) * 4;
-            const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
-            const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
-            const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
-            const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
+            const BoxEdges<acc_t> e = box_edges<acc_t>(r, c, H, W, oo, ml, mr, mt, mb);
+            const Edge<acc_t> &el = e.l, &er = e.r, &et = e.t, &eb = e.b;
             yp[pl * plane + r * W + c] = static_cast<scalar_t>(box_sum_2d(Pr, w1, et, eb, el, er) * inv);
           }
         }
@@ -280,10 +278,8 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
           for (int64_t r = 0; r < H; ++r) {
             for (int64_t c = 0; c < W; ++c) {
               const acc_t* oo = o + (r * W + c) * 4;
-              const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
-              const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
-              const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
-              const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
+              const BoxEdges<acc_t> e = box_edges<acc_t>(r, c, H, W, oo, ml, mr, mt, mb);
+              const Edge<acc_t> &el = e.l, &er = e.r, &et = e.t, &eb = e.b;
               const Scatter2d<acc_t> s =
                   scatter_2d(w1, et, eb, el, er, static_cast<acc_t>(gr[r * W + c]) * inv);
               for (int q = 0; q < 16; ++q) dP[s.idx[q]] += s.w[q];
@@ -311,10 +307,8 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
           const int64_t pos = t % plane, bh = t / plane, b = bh / NH, h = bh % NH;
           const int64_t r = pos / W, c = pos % W;
           const acc_t* oo = op + t * 4;
-          const Edge<acc_t> el = start_edge<acc_t>(c, W, oo[0] * ml);
-          const Edge<acc_t> er = end_edge<acc_t>(c, W, oo[1] * mr);
-          const Edge<acc_t> et = start_edge<acc_t>(r, H, oo[2] * mt);
-          const Edge<acc_t> eb = end_edge<acc_t>(r, H, oo[3] * mb);
+          const BoxEdges<acc_t> e = box_edges<acc_t>(r, c, H, W, oo, ml, mr, mt, mb);
+          const Edge<acc_t> &el = e.l, &er = e.r, &et = e.t, &eb = e.b;
           const bool live[4] = {el.live, er.live, et.live, eb.live};
           if (!(live[0] || live[1] || live[2] || live[3])) continue;
           acc_t sum[4] = {acc_t(0), acc_t(0), acc_t(0), acc_t(0)};

@@ -145,6 +145,20 @@ TALK_HD acc_t bilerp(const acc_t* P, int64_t w1, const Edge<acc_t>& ev, const Ed
   return (acc_t(1) - ev.f) * (gu * p0[0] + eu.f * p0[1]) + ev.f * (gu * p1[0] + eu.f * p1[1]);
 }
 
+// The four edges of the box of pixel (r, c) in an H x W image: o = its offsets [left, right, top, bottom], each
+// times its maximum (ml, mr, mt, mb).
+template <typename acc_t>
+struct BoxEdges {
+  Edge<acc_t> l, r, t, b;
+};
+
+template <typename acc_t>
+TALK_HD BoxEdges<acc_t> box_edges(int64_t r, int64_t c, int64_t H, int64_t W, const acc_t* o, acc_t ml, acc_t mr,
+                                  acc_t mt, acc_t mb) {
+  return {start_edge<acc_t>(c, W, o[0] * ml), end_edge<acc_t>(c, W, o[1] * mr), start_edge<acc_t>(r, H, o[2] * mt),
+          end_edge<acc_t>(r, H, o[3] * mb)};
+}
+
 // Un-normalized box sum: rows [top, bottom], cols [left, right] (start/end edges of each axis).
 template <typename acc_t>
 TALK_HD acc_t box_sum_2d(const acc_t* P, int64_t w1, const Edge<acc_t>& et, const Edge<acc_t>& eb,
