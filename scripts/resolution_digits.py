@@ -5,10 +5,11 @@
 Per seed, through the workflow tools (``mrconvnext.tools.train`` / ``validate``) and the demo's digits recipe:
 
 1. train ``convnext_atto`` and ``mrconvnext_atto`` at 32 px (8 epochs);
-2. evaluate each 32-px checkpoint on the held-out split at 32, 40, 48 and 64 px, ``mrconvnext_atto`` both without
-   (``lag_remap=False``, the earlier behaviour) and with the lag remap;
+2. evaluate each 32-px checkpoint on the held-out split at 32, 40, 48 and 64 px, ``mrconvnext_atto`` under each
+   size rule of ``MRConv2d(lag_remap=...)``: ``'none'`` (the nominal 1-D lags), ``'split'`` (the fractional remap)
+   and ``'conv2d'`` (the exact 2-D convolution);
 3. fine-tune each 32-px checkpoint for 2 epochs at 48 px (``--initial-checkpoint``; lr 5e-4, kernel lr 2.5e-4, no
-   warm-up) and evaluate at 48 px.
+   warm-up), under the same rule, and evaluate at 48 px.
 
 Writes ``results.json`` (every run) and ``results.md`` (mean and sample standard deviation over the seeds) in the
 work directory.
@@ -27,8 +28,9 @@ import torch
 SIZES = (32, 40, 48, 64)
 VARIANTS = (
     ('convnext_atto', 'convnext_atto', {}),
-    ('mrconvnext_atto (no remap)', 'mrconvnext_atto', {'lag_remap': False}),
-    ('mrconvnext_atto (remap)', 'mrconvnext_atto', {'lag_remap': True}),
+    ('mrconvnext_atto, none', 'mrconvnext_atto', {'lag_remap': 'none'}),
+    ('mrconvnext_atto, split', 'mrconvnext_atto', {'lag_remap': 'split'}),
+    ('mrconvnext_atto, conv2d', 'mrconvnext_atto', {'lag_remap': 'conv2d'}),
 )
 
 

@@ -3,6 +3,7 @@
 import math
 
 import torch
+import torch.nn.functional as F
 
 
 def shifted_sum_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -40,6 +41,26 @@ def remap_lags_loop(kernel: torch.Tensor, zero_lag: int, width: int, new_width: 
                 continue
             out[lag] = out.get(lag, 0) + frac * kernel[..., j].double()
     return out
+
+
+def kernel_2d(kernel: torch.Tensor, zero_lag: int, size: tuple[int, int]) -> torch.Tensor:
+    """Identity 1 (``shared/notes/gpu-design.md``) by a loop: the ``(C, 2H - 1, 2W - 1)`` 2-D kernel
+    ``K2[a, d] = kernel[zero_lag + a * W + d]`` (0 where the index leaves the kernel) that the flattened convolution
+    of an ``H x W`` map is."""
+    H, W = size
+    K2 = torch.zeros(kernel.shape[0], 2 * H - 1, 2 * W - 1, dtype=torch.float64)
+    for a in range(-(H - 1), H):
+        for d in range(-(W - 1), W):
+            j = zero_lag + a * W + d
+            if 0 <= j < kernel.shape[-1]:
+                K2[:, a + H - 1, d + W - 1] = kernel[:, j].double()
+    return K2
+
+
+def conv2d_same(x: torch.Tensor, K2: torch.Tensor) -> torch.Tensor:
+    """``y[b, c, i, j] = sum_{a, d} K2[c, a, d] x[b, c, i - a, j - d]`` (centred, zero padded) by ``F.conv2d``."""
+    C, kh, kw = K2.shape
+    return F.conv2d(x.double(), K2.flip(-2, -1).unsqueeze(1), padding=(kh // 2, kw // 2), groups=C)
 
 
 # --- TaLK (Lioutas & Guo, 2020): windows with real-valued edges, by loops over cells

@@ -43,13 +43,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..ops._args import check_int, check_size2
 from ..ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
-from ..ops.lag_remap import remap_lags
-from ..ops.long_conv import long_conv1d
+from ..ops.lag_remap import conv2d_lags, conv2d_padding, remap_lags
+from ..ops.long_conv import kernel_spectrum, long_conv1d, resolve_backend
 from ._checks import check_mixer_input
 from ._torchscript import ScriptedInPython, python_forward
+from .derived_cache import DerivedCache
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -60,12 +62,16 @@ from .kernel_params import (
     SparseKernel,
 )
 
-__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'num_branches']
+__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'LAG_REMAP_RULES', 'num_branches']
 
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
 _SIZES = ('dim', 'seq_len', 'max_branches')
-_ADAPTED_CACHE_SIZE = 8  # adapted deployed kernels kept per layer: a detection backbone alternates a few sizes
+LAG_REMAP_RULES = ('conv2d', 'split', 'none')
+_CACHE_SIZE = 8  # input geometries a deployed layer keeps derived kernels for: a detection backbone alternates a few
+
+# ``geometry`` of an input (the forward's argument): ``None`` for the nominal layout (the kernel as it is), else
+# ``(rule, new_width, padded_width)`` of the lag op that adapts the kernel (:meth:`MRConv2d._adapt`).
 
 
 def num_branches(seq_len: int, l0: int, max_branches: int) -> int:
@@ -74,6 +80,15 @@ def num_branches(seq_len: int, l0: int, max_branches: int) -> int:
     while n < max_branches and l0 * 2 ** (n - 1) < seq_len:
         n += 1
     return n
+
+
+def resolve_lag_remap(rule: str | bool) -> str:
+    """A :data:`LAG_REMAP_RULES` name for ``lag_remap``; ``True`` / ``False`` mean ``'split'`` / ``'none'``."""
+    if isinstance(rule, bool):
+        return 'split' if rule else 'none'
+    if rule not in LAG_REMAP_RULES:
+        raise ValueError(f'lag_remap must be one of {LAG_REMAP_RULES} (or a bool), got {rule!r}')
+    return rule
 
 
 def _align(kernel: torch.Tensor, zero_lag: int, reach: int, causal: bool) -> torch.Tensor:
@@ -195,8 +210,7 @@ class MRConv1d(ScriptedInPython):
         self.kernel = nn.Parameter(torch.zeros(self.dim, size, **dd))
         self.bias = nn.Parameter(torch.zeros(self.dim, **dd))
         self.deployed = True
-        self._spectra: dict = {}  # kernel spectrum kept between no-grad calls (not state; see long_conv1d)
-        self._adapted: dict = {}  # per input geometry: the adapted kernel and its spectra (see _deployed_kernel)
+        self._derived = DerivedCache(_CACHE_SIZE)  # per input geometry: adapted kernel and spectrum (not state)
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -246,53 +260,63 @@ class MRConv1d(ScriptedInPython):
 
     # --- forward -------------------------------------------------------------------------------
 
-    def _adapt(self, kernel: torch.Tensor, width: int | None, length: int) -> tuple[torch.Tensor, int]:
-        """The kernel (and its zero lag) to apply to an input of ``length`` whose image ``width`` differs from the
-        nominal one (``None``: the nominal geometry). A 1-D layer has no width: its kernel as it is."""
+    def _adapt(self, kernel: torch.Tensor, geometry: tuple | None, length: int) -> tuple[torch.Tensor, int]:
+        """The kernel (and its zero lag) to apply to an input of ``length`` in ``geometry`` (see the module's
+        ``geometry`` note). A 1-D layer has only the nominal geometry: its kernel as it is."""
         return kernel, self.zero_lag
 
-    def _deployed_kernel(self, width: int | None, length: int) -> tuple[torch.Tensor, int, dict | None]:
-        """The deployed kernel for this input geometry, its zero lag and its spectrum cache. Without a gradient
-        (eager), an adapted kernel is kept per geometry (:data:`_ADAPTED_CACHE_SIZE`) until the kernel changes."""
-        if width is None:
-            return self.kernel, self.zero_lag, self._spectra
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self.kernel.requires_grad):
-            kernel, zero_lag = self._adapt(self.kernel, width, length)
-            return kernel, zero_lag, None
+    def _deployed_kernel(
+        self, x: torch.Tensor, geometry: tuple | None
+    ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, int] | None]:
+        """The deployed kernel for ``x`` in ``geometry``, its zero lag and, where the FFT path will use it, its
+        spectrum. Kept between calls (:class:`~mrconvnext.layers.derived_cache.DerivedCache`: served only while the
+        kernel holds the values it was derived from) in eager mode on the CPU when the kernel needs no gradient;
+        derived anew on every call elsewhere (compiled graphs, other devices, where the freshness check would
+        synchronize)."""
+        L = x.shape[-1]
         k = self.kernel
-        key = (k.data_ptr(), k._version, tuple(k.shape), k.dtype, k.device)
-        if self._adapted.get('kernel') != key:
-            self._adapted.clear()
-            self._adapted['kernel'] = key
-        geometry = (width, length)
-        if geometry not in self._adapted:
-            if len(self._adapted) > _ADAPTED_CACHE_SIZE:  # the sizes plus the 'kernel' entry
-                self._adapted.pop(next(g for g in self._adapted if g != 'kernel'))
-            with torch.no_grad(), torch.inference_mode(False):  # a plain tensor, whatever mode built it
-                kernel, zero_lag = self._adapt(k, width, length)
-            self._adapted[geometry] = (kernel, zero_lag, {})
-        return self._adapted[geometry]
+        if torch.compiler.is_compiling() or x.device.type != 'cpu' or (torch.is_grad_enabled() and k.requires_grad):
+            kernel, zero_lag = self._adapt(k, geometry, L)
+            return kernel, zero_lag, None
+        compute = torch.float64 if torch.float64 in (x.dtype, k.dtype) else torch.float32
 
-    def _forward_1d(self, x: torch.Tensor, width: int | None = None) -> torch.Tensor:
-        """``(B, C, L) -> (B, C, L)``; ``width``: the image width when it is not the nominal one (2-D layers)."""
+        def build():
+            kernel, zero_lag = self._adapt(k, geometry, L)
+            use_fft = resolve_backend(x, kernel, zero_lag, self.backend) == 'fft'
+            return kernel, zero_lag, kernel_spectrum(kernel.to(compute), zero_lag, L) if use_fft else None
+
+        return self._derived.get(k, (geometry, L, compute, self.backend), build)
+
+    def _forward_1d(
+        self, x: torch.Tensor, geometry: tuple | None = None, valid: tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        """``(B, C, L) -> (B, C, L)`` for an input in ``geometry``. ``valid = (H, W)``: ``x`` is an ``H``-row map
+        with padding columns after the first ``W`` of each row; the output keeps only those, ``(B, C, H * W)``, and
+        the BatchNorm statistics are taken over them alone."""
         B, _, L = x.shape
+
+        def crop(y: torch.Tensor) -> torch.Tensor:
+            if valid is None:
+                return y
+            return y.unflatten(-1, (valid[0], -1))[..., : valid[1]].flatten(-2)
+
         if self.deployed:
-            kernel, zero_lag, spectra = self._deployed_kernel(width, L)
-            return long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend, spectrum_cache=spectra)
+            kernel, zero_lag, spectrum = self._deployed_kernel(x, geometry)
+            return crop(long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend, spectrum=spectrum))
         if self.combine == 'scale':
             kernel, bias = self.merged_kernel()
-            kernel, zero_lag = self._adapt(kernel, width, L)
-            return long_conv1d(x, kernel, bias, zero_lag=zero_lag, backend=self.backend)
+            kernel, zero_lag = self._adapt(kernel, geometry, L)
+            return crop(long_conv1d(x, kernel, bias, zero_lag=zero_lag, backend=self.backend))
         N, C = self.num_branches, self.dim
-        kernels, zero_lag = self._adapt(self.branch_kernels(), width, L)
-        if self._fused_bn_applies(x):
+        kernels, zero_lag = self._adapt(self.branch_kernels(), geometry, L)
+        if valid is None and self._fused_bn_applies(x):
             return self._fused_conv_bn(x, kernels, zero_lag)
-        y = long_conv1d(x, kernels, zero_lag=zero_lag, backend=self.backend)  # (B, N, C, L)
-        y = y.reshape(B, N * C, L)
+        y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, backend=self.backend))  # (B, N, C, L')
+        y = y.reshape(B, N * C, -1)
         if type(self.bn) is nn.BatchNorm1d and self.bn.affine:
-            return self._batch_norm_alpha(y).view(B, N, C, L).sum(1)
+            return self._batch_norm_alpha(y).view(B, N, C, -1).sum(1)
         # any other norm module (e.g. a synchronized BatchNorm after conversion): call it, then weight by alpha
-        return (self.bn(y).view(B, N, C, L) * self.alpha.to(y.dtype).unsqueeze(-1)).sum(1)
+        return (self.bn(y).view(B, N, C, -1) * self.alpha.to(y.dtype).unsqueeze(-1)).sum(1)
 
     def _fused_bn_applies(self, x: torch.Tensor) -> bool:
         """Training with batch statistics, a plain affine BatchNorm1d, the FFT backend and a CPU float32/64
@@ -393,39 +417,61 @@ class MRConv2d(MRConv1d):
     ``input_size`` is the nominal ``(H, W)`` the kernels are made for; it is also kept in the persistent buffer
     ``nominal_size`` so a checkpoint says which grid its kernels belong to.
 
-    Other input sizes: a flattened lag means a 2-D offset that depends on the width, so at a width ``W'`` other
-    than the nominal ``W`` the kernel (deployed, merged or each branch's, after synthesis) is rewritten by
-    :func:`~mrconvnext.ops.lag_remap.remap_lags`: every lag's two 2-D readings go to their lags at ``W'``,
-    weighted by the fraction of columns each applies to; whole-row lags stay whole rows. It is differentiable (the
-    layer trains at the new size with the same parameters) and, for a deployed layer without a gradient, kept
-    per input size. At the nominal width, whatever the height, the kernel is used as it is, exactly as before.
-    ``lag_remap=False`` applies the nominal kernel's 1-D lags unchanged at every size (what earlier versions
-    did; ``docs/resolution.md`` measures both).
+    Other input sizes: a flattened lag means a 2-D offset that depends on the width. ``lag_remap`` chooses what the
+    layer computes on an ``H' x W'`` map (the rules are in :mod:`mrconvnext.ops.lag_remap`):
+
+    - ``'conv2d'`` (default): exactly the 2-D convolution that the layer is at its nominal size, with the
+      ``(2H - 1) x (2W - 1)`` kernel ``K2[dy, dx] = k[zero_lag + dy * W + dx]``, zero-padded, on the new map
+      (:func:`~mrconvnext.ops.lag_remap.conv2d_lags` on a map with ``min(W, W') - 1`` zero columns appended).
+      Used whenever ``W' != W`` or ``H' > H``; otherwise the kernel is applied as it is, which is that same
+      convolution. Costs a longer sequence, ``H' * (W' + min(W, W') - 1)``.
+    - ``'split'``: each lag's two 2-D readings written back at the new width, weighted by the fraction of the
+      nominal columns each applied to (:func:`~mrconvnext.ops.lag_remap.remap_lags`): close to that convolution,
+      not equal to it (an off-centre tap loses the fraction ``r / W`` of its weight to its wrapped reading). Used
+      whenever ``W' != W``.
+    - ``'none'``: the nominal kernel's 1-D lags at every size (what versions before 0.2 did).
+
+    ``True`` / ``False`` are accepted for ``'split'`` / ``'none'`` (their meaning in 0.1). Each rule is linear in the
+    kernel and differentiable: the layer trains at the new size with the same parameters. ``docs/resolution.md``
+    measures the three.
 
     Loading: a state dict whose ``nominal_size`` differs from the layer's is an error (its kernels mean other
     offsets); a state dict without one (written by earlier versions) is taken to be of the layer's grid. The zoo's models
     rebuild such mixers at the checkpoint's grid instead (:class:`~mrconvnext.models.MixerConvNeXt`).
     """
 
-    def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: bool = True, **kwargs) -> None:
+    def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: str | bool = 'conv2d', **kwargs) -> None:
         H, W = check_size2(type(self).__name__, 'input_size', input_size)
         super().__init__(dim, H * W, **kwargs)
         self.input_size = (H, W)
-        self.lag_remap = bool(lag_remap)
+        self.lag_remap = resolve_lag_remap(lag_remap)
         self.register_buffer('nominal_size', torch.tensor([H, W], dtype=torch.int64))
 
-    def _adapt(self, kernel: torch.Tensor, width: int | None, length: int) -> tuple[torch.Tensor, int]:
-        if width is None:
+    def _adapt(self, kernel: torch.Tensor, geometry: tuple | None, length: int) -> tuple[torch.Tensor, int]:
+        if geometry is None:
             return kernel, self.zero_lag
-        return remap_lags(kernel, self.zero_lag, self.input_size[1], width, length)
+        rule, new_width, padded_width = geometry
+        if rule == 'split':
+            return remap_lags(kernel, self.zero_lag, self.input_size[1], new_width, length)
+        return conv2d_lags(kernel, self.zero_lag, self.input_size, padded_width, padded_width - new_width)
 
     @python_forward  # TorchScript calls it in Python (see _torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
-        width = W if self.lag_remap and W != self.input_size[1] else None
-        return self._forward_1d(x.reshape(B, C, H * W), width).view(B, C, H, W)
+        H0, W0 = self.input_size
+        rule = self.lag_remap
+        # statically_known_true: plain ints compare as usual; a graph compiled for dynamic sizes takes the general
+        # path at every size (the same convolution), so a stage meeting its nominal width adds no guard
+        as_is = statically_known_true(W == W0) and (rule == 'split' or statically_known_true(H <= H0))
+        if rule == 'none' or as_is:
+            return self._forward_1d(x.reshape(B, C, H * W)).view(B, C, H, W)
+        if rule == 'split':
+            return self._forward_1d(x.reshape(B, C, H * W), ('split', W, W)).view(B, C, H, W)
+        pad = conv2d_padding(W0, W)
+        xp = F.pad(x, (0, pad)).reshape(B, C, H * (W + pad))
+        return self._forward_1d(xp, ('conv2d', W, W + pad), (H, W)).view(B, C, H, W)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
@@ -445,4 +491,4 @@ class MRConv2d(MRConv1d):
         )
 
     def extra_repr(self) -> str:
-        return f'input_size={self.input_size}, lag_remap={self.lag_remap}, ' + super().extra_repr()
+        return f'input_size={self.input_size}, lag_remap={self.lag_remap!r}, ' + super().extra_repr()

@@ -64,7 +64,7 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: int = 37,
         num_taps: int | None = 80,
         causal: bool = False,
-        lag_remap: bool = True,
+        lag_remap: str | bool = 'conv2d',
         backend: str = 'auto',
         **kwargs,
     ) -> None:

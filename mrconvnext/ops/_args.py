@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 __all__ = ['check_int', 'check_size2']
 
 
 def check_int(owner: str, name: str, value: object, minimum: int = 1) -> int:
     """``value`` as an int if it is an integer (not a bool) ``>= minimum``; else a ``TypeError`` /
     ``ValueError`` that names ``owner``, the argument, what was expected and what arrived."""
+    if isinstance(value, torch.SymInt):  # a size traced by torch.compile: checked at run time, never specialized
+        torch._check(value >= minimum, lambda: f'{owner}: {name} must be an int >= {minimum}')
+        return value
     if isinstance(value, bool):
         raise TypeError(f'{owner}: {name} must be an int >= {minimum}, got bool')
     try:

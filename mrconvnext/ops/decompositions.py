@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .light_conv import dynamic_conv_decomposition
-from .long_conv import _direct_conv
+from .kernel_layout import crop_kernel
+from .long_conv import direct_conv1d
 from .talk import _acc_dtype, talk1d_reference, talk2d_reference
 
 __all__ = ['decompositions']
@@ -35,18 +36,19 @@ def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom, backend):
     return y, P
 
 
-def _fft_conv(x, k_circ, n, bias=None):
-    # A direct convolution with the linear kernel read off the circle: lags -(L-1) .. L-1 sit at indices
-    # n-L+1 .. n-1, 0 .. L-1 (n leaves no wrap-around, and longer lags reach no output), so this is exact and
-    # needs no complex arithmetic, which ONNX lacks. The spectra output is the operator's, for completeness.
-    L = x.shape[-1]
-    k_lin = torch.cat([k_circ[..., n - L + 1 :], k_circ[..., :L]], dim=-1)
-    y = _direct_conv(x, k_lin, L - 1)
-    return (y if bias is None else y + bias[:, None]), torch.fft.rfft(k_circ)
+def _fft_conv(x, kernel, zero_lag, bias=None):
+    # A direct convolution with the kernel cropped to the lags that reach an output: exact, and no complex
+    # arithmetic, which ONNX lacks.
+    kernel, zero_lag = crop_kernel(kernel, zero_lag, x.shape[-1])
+    y = direct_conv1d(x, kernel, zero_lag)
+    return y if bias is None else y + bias[:, None]
 
 
 def _fft_conv_spectrum(x, k_f, n, bias=None):
-    return _fft_conv(x, torch.fft.irfft(k_f, n=n), n, bias)[0]
+    # the spectrum back on its circle, then the lags -(L-1) .. L-1 read off it (n leaves no wrap-around)
+    L = x.shape[-1]
+    k_circ = torch.fft.irfft(k_f, n=n)
+    return _fft_conv(x, torch.cat([k_circ[..., n - L + 1 :], k_circ[..., :L]], dim=-1), L - 1, bias)
 
 
 def decompositions() -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 __all__ = ['fft_size', 'fft_length', 'crop_kernel', 'circular_kernel']
 
@@ -41,9 +42,10 @@ def crop_kernel(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch
     Returns the cropped kernel and its new ``zero_lag``.
     """
     K = kernel.shape[-1]
-    lo = max(0, zero_lag - (length - 1))
-    hi = min(K, zero_lag + length)
-    if lo == 0 and hi == K:
+    lo = torch.sym_max(0, zero_lag - (length - 1))
+    hi = torch.sym_min(K, zero_lag + length)
+    # sizes traced by torch.compile: slice without guarding on whether anything is cut (plain ints: exact test)
+    if statically_known_true(lo == 0) and statically_known_true(hi == K):
         return kernel, zero_lag
     return kernel[..., lo:hi], zero_lag - lo
 

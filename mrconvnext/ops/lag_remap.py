@@ -1,4 +1,4 @@
-"""Move a flattened-image kernel to another image width with the 2-D meaning of its lags kept.
+"""Move a flattened-image kernel to another image width: two rules, ``split`` and ``conv2d``.
 
 A kernel over a row-major flattened ``H x W`` map (lag convention of :mod:`.long_conv`: output ``t`` reads input
 ``t - tau``) gives each 1-D lag ``tau`` a 2-D meaning that depends on ``W``. With ``tau = q * W + r``,
@@ -20,6 +20,16 @@ not fit the new width (``|dx| >= W'``) reach no pixel of a ``W'``-wide image in 
 
 The map is linear in the kernel (two ``index_add``), so it is differentiable, works on stacked ``(N, C, P)``
 kernels and traces under ``torch.compile``; its index tables are cached per size in eager mode.
+
+**The exact rule** (:func:`conv2d_lags`). At the nominal width the flattened convolution *is* a zero-padded 2-D
+convolution: each lag's two readings are two taps ``K2[dy, dx] = k[zero_lag + dy * W + dx]``, ``|dx| < W``, of a
+``(2H - 1) x (2W - 1)`` kernel, and for every output pixel exactly one of them lands inside the image. At another
+size that same 2-D convolution is the fully convolutional generalisation, with no fractions: append
+``pad = min(W, W') - 1`` zero columns to every row (:func:`conv2d_padding`), flatten at ``W' + pad``, convolve with
+the kernel whose taps sit at ``dy * (W' + pad) + dx`` (readings with ``|dx| > pad`` reach no pixel and are left
+out), and drop the padding columns of the output. A reading that leaves its row then lands in a padding column,
+which is zero, exactly as the 2-D convolution's zero padding. :func:`conv2d_lags` gives that kernel; it is built from
+tensor arithmetic on the sizes, so a compiled graph serves every width.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import torch
 
 from ._args import check_int
 
-__all__ = ['remap_lags', 'remapped_layout']
+__all__ = ['remap_lags', 'remapped_layout', 'conv2d_lags', 'conv2d_padding']
 
 
 def _largest_new_lag(hi: int, width: int, new_width: int) -> int:
@@ -136,4 +146,49 @@ def remap_lags(
     )
     out = kernel.new_zeros(*kernel.shape[:-1], new_size + 1)
     out = out.index_add(-1, idx_row, kernel * w_row).index_add(-1, idx_wrap, kernel * w_wrap)
+    return out[..., :new_size], new_zero_lag
+
+
+def conv2d_padding(width: int, new_width: int) -> int:
+    """Zero columns to append to each row of a ``new_width``-wide map for :func:`conv2d_lags`: ``min(W, W') - 1``
+    (a symbolic size under ``torch.compile``, with no guard on which width is larger)."""
+    return torch.sym_min(width, new_width) - 1
+
+
+def conv2d_lags(
+    kernel: torch.Tensor, zero_lag: int, size: tuple[int, int], padded_width: int, pad: int
+) -> tuple[torch.Tensor, int]:
+    """The flattened kernel of the exact 2-D rule (module docstring) for a map flattened at ``padded_width``.
+
+    Args:
+        kernel: ``(..., P)`` taps made for ``size = (H, W)`` maps, causal (``zero_lag = 0``) or symmetric.
+        zero_lag: index of lag 0 in ``kernel``.
+        size: the nominal ``(H, W)``; the 2-D kernel is ``(2H - 1) x (2W - 1)``: readings with ``|dy| >= H`` (which
+            reach no pixel of an ``H``-row map) are not part of it.
+        padded_width: ``W' + pad``, the row length of the padded map it is applied to.
+        pad: the zero columns at the end of each row (:func:`conv2d_padding`); readings with ``|dx| > pad`` are
+            left out.
+
+    Returns:
+        ``(kernel', zero_lag')`` in the same layout kind, in ``kernel.dtype``: each tap ``k[zero_lag + q * W + r]``
+        (``0 <= r < W``) sits at lag ``q * padded_width + r`` (row reading, kept when ``r <= pad`` and ``|q| < H``)
+        and at ``(q + 1) * padded_width + r - W`` (wrapped reading, kept when ``0 < W - r <= pad`` and
+        ``|q + 1| < H``), unchanged in value. Linear, differentiable.
+    """
+    if not isinstance(kernel, torch.Tensor) or kernel.dim() < 1 or not kernel.is_floating_point():
+        raise TypeError(f'conv2d_lags: kernel must be a floating-point (..., P) tensor, got {kernel!r:.80}')
+    H, W = size
+    taps = kernel.shape[-1]
+    causal = _layout(taps, zero_lag)
+    reach = min((taps - 1 - zero_lag) // W + 1, H) * padded_width  # every kept reading has |dy| < this / padded_width
+    new_size, new_zero_lag = (reach, 0) if causal else (2 * reach - 1, reach - 1)
+    tau = torch.arange(taps, device=kernel.device) - zero_lag
+    q = torch.div(tau, W, rounding_mode='floor')
+    r = tau - q * W
+    keep_row = (r <= pad) & (q.abs() < H)
+    keep_wrap = (r > 0) & (W - r <= pad) & ((q + 1).abs() < H)
+    idx_row = torch.where(keep_row, q * padded_width + r + new_zero_lag, new_size)
+    idx_wrap = torch.where(keep_wrap, (q + 1) * padded_width + r - W + new_zero_lag, new_size)
+    out = kernel.new_zeros(*kernel.shape[:-1], new_size + 1)  # the last slot takes the readings left out
+    out = out.index_add(-1, idx_row, kernel).index_add(-1, idx_wrap, kernel)
     return out[..., :new_size], new_zero_lag

@@ -28,10 +28,12 @@ result is returned in the input dtype.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import _native, flashfft
 from ._autocast import autocast_off
@@ -40,6 +42,9 @@ from .kernel_layout import circular_kernel, crop_kernel, fft_length, fft_size
 
 __all__ = [
     'long_conv1d',
+    'direct_conv1d',
+    'kernel_spectrum',
+    'resolve_backend',
     'fft_size',
     'fft_length',
     'choose_backend',
@@ -59,10 +64,14 @@ _CPU_NATIVE_PAD_MAX = 6
 
 
 def choose_backend(x: torch.Tensor, kernel_taps: int, zero_lag: int) -> str:
-    """Backend used by ``backend='auto'`` for an input ``x`` and a (cropped) kernel."""
+    """Backend used by ``backend='auto'`` for an input ``x`` and a (cropped) kernel.
+
+    With sizes that ``torch.compile`` traces symbolically, the direct path is taken only where the taps are provably
+    few for every size the graph serves, else the FFT (right for every size): the choice adds no guard, so the graph
+    is not recompiled when an input size moves the tap count across the crossover."""
     if flashfft.supports(x, kernel_taps, zero_lag):
         return 'flashfft'
-    return 'direct' if kernel_taps <= _DIRECT_MAX_TAPS else 'fft'
+    return 'direct' if statically_known_true(kernel_taps <= _DIRECT_MAX_TAPS) else 'fft'
 
 
 def _check(
@@ -90,10 +99,6 @@ def _check(
         )
     if bias is not None and bias.shape != (C,):
         raise ValueError(f'{name} expects a bias of shape ({C},), got {tuple(bias.shape)}')
-
-
-def _spectrum(kernel: torch.Tensor, zero_lag: int, n: int) -> torch.Tensor:
-    return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n)
 
 
 # Elements (sequences x FFT size) per chunk, so that a chunk's padded input, spectra and output stay in cache;
@@ -191,6 +196,8 @@ def _conv_backward(
 # ------------------------------------------------------------------------------------------------- operators
 # The FFT path as PyTorch operators (torch.library): fake implementations give shapes and strides, so
 # torch.compile, torch.export and the meta device see through them; autograd is registered on the operator.
+# The operators take the kernel in the lag convention and choose the crop and the FFT size inside, from the
+# concrete sizes: a traced graph holds no FFT size, so it serves every input length without a recompile.
 
 
 def _new_out(x: torch.Tensor, N: int) -> torch.Tensor:
@@ -204,33 +211,39 @@ def _empty(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty(0)
 
 
+def kernel_spectrum(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, int]:
+    """``(k_f, n)``: the spectrum ``(..., n // 2 + 1)`` of ``kernel (..., K)`` cropped to what reaches ``length``
+    outputs, on the circle of the FFT size ``n`` the convolution of a ``length``-long input uses. Computed in the
+    kernel's dtype. What :func:`long_conv1d` takes as ``spectrum`` (a deployed layer keeps it between calls)."""
+    kernel, zero_lag = crop_kernel(kernel, zero_lag, length)
+    n = fft_length(length, kernel.shape[-1], zero_lag)
+    return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n), n
+
+
 @torch.library.custom_op('mrconvnext::fft_conv', mutates_args=())
-def fft_conv(
-    x: torch.Tensor, k_circ: torch.Tensor, n: int, bias: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``y (B, N, C, L) = crop_L(irfft(rfft(x, n) * rfft(k_circ)))`` (+ ``bias (C,)``) for ``x (B, C, L)`` and
-    circular kernels ``k_circ (N, C, n)`` of x's dtype (see :func:`circular_kernel`); returns ``(y, k_f)``, ``k_f``
-    the kernels' spectra ``(N, C, n // 2 + 1)`` (kept for the backward). ``y`` with ``N = 1`` is laid out like x.
+def fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``y (B, N, C, L)``: the linear convolution of ``x (B, C, L)`` with each of the kernels ``(N, C, K)`` of x's
+    dtype (lag convention of the module docstring, ``0 <= zero_lag < K``), plus ``bias (C,)``; ``y`` with ``N = 1``
+    is laid out like x.
 
     Kernels: the fused native CPU kernels for float32 / float64 where they build, else torch.fft in cache-sized
-    chunks (every device). Differentiable in ``x``, ``k_circ`` and ``bias`` (:func:`fft_conv_backward`).
+    chunks (every device). Differentiable in ``x``, ``kernel`` and ``bias`` (:func:`fft_conv_backward`).
     """
-    k_f = torch.fft.rfft(k_circ).contiguous()
-    y = _new_out(x, k_f.shape[0])
-    _conv_chunks(x, k_f, n, y, bias)
-    return y, k_f
+    k_f, n = kernel_spectrum(kernel, zero_lag, x.shape[-1])
+    y = _new_out(x, kernel.shape[0])
+    _conv_chunks(x, k_f.contiguous(), n, y, bias)
+    return y
 
 
 @fft_conv.register_fake
-def _(x, k_circ, n, bias=None):
-    N, C = k_circ.shape[:2]
-    return _new_out(x, N), k_circ.new_empty((N, C, n // 2 + 1), dtype=k_circ.dtype.to_complex())
+def _(x, kernel, zero_lag, bias=None):
+    return _new_out(x, kernel.shape[0])
 
 
 @torch.library.custom_op('mrconvnext::fft_conv_spectrum', mutates_args=())
 def fft_conv_spectrum(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`fft_conv` from precomputed kernel spectra ``k_f (N, C, n // 2 + 1)`` (a deployed layer's cache);
-    inference only: not differentiable."""
+    """:func:`fft_conv` from precomputed spectra ``k_f (N, C, n // 2 + 1)`` (:func:`kernel_spectrum` for x's
+    length); inference only: not differentiable."""
     y = _new_out(x, k_f.shape[0])
     _conv_chunks(x, k_f.contiguous(), n, y, bias)
     return y
@@ -243,35 +256,44 @@ def _(x, k_f, n, bias=None):
 
 @torch.library.custom_op('mrconvnext::fft_conv_backward', mutates_args=())
 def fft_conv_backward(
-    grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
+    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, need_x: bool, need_k: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(grad_x, grad_k_circ)`` of :func:`fft_conv` (an empty tensor for one not needed).
+    """``(grad_x, grad_kernel)`` of :func:`fft_conv` (an empty tensor for one not needed).
 
     With ``G_i = rfft(grad_y_i, n)`` and ``X = rfft(x, n)`` (real sequences, so these circular identities are exact):
-    ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))`` and ``grad_k_i = irfft(sum_b G_bi * conj(X_b))``. Chunk by
-    chunk, ``X`` recomputed rather than saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two
-    ``(B, N, C, F)`` complex products and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
+    ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))`` and ``grad_k_i = irfft(sum_b G_bi * conj(X_b))`` read back
+    from the circle (taps that reach no output get 0). Chunk by chunk, ``X`` and the kernel spectra recomputed
+    rather than saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two ``(B, N, C, F)``
+    complex products and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
     """
-    grad_x, grad_k = _conv_backward(grad_y, x, k_f, n, need_x, need_k)
-    return (_empty(x) if grad_x is None else grad_x), (_empty(x) if grad_k is None else grad_k)
+    L, K = x.shape[-1], kernel.shape[-1]
+    cropped, z = crop_kernel(kernel, zero_lag, L)
+    k_f, n = kernel_spectrum(kernel, zero_lag, L)
+    grad_x, grad_circ = _conv_backward(grad_y, x, k_f.contiguous(), n, need_x, need_k)
+    grad_k = _empty(x)
+    if need_k:
+        taps = cropped.shape[-1]
+        lo = zero_lag - z  # where the cropped kernel starts in the full one
+        grad_k = kernel.new_zeros(kernel.shape)
+        grad_k[..., lo : lo + taps] = torch.cat([grad_circ[..., n - z :], grad_circ[..., : taps - z]], dim=-1)
+    return (_empty(x) if grad_x is None else grad_x), grad_k
 
 
 @fft_conv_backward.register_fake
-def _(grad_y, x, k_f, n, need_x, need_k):
-    N, C = k_f.shape[:2]
-    return (torch.empty_like(x) if need_x else _empty(x)), (x.new_empty((N, C, n)) if need_k else _empty(x))
+def _(grad_y, x, kernel, zero_lag, need_x, need_k):
+    return (torch.empty_like(x) if need_x else _empty(x)), (torch.empty_like(kernel) if need_k else _empty(x))
 
 
 def _fft_conv_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], output[1])  # x and the spectra; inputs holds only the arguments given
-    ctx.n = inputs[2]
+    ctx.save_for_backward(inputs[0], inputs[1])  # x and the kernels; inputs holds only the arguments given
+    ctx.zero_lag = inputs[2]
 
 
-def _fft_conv_grad(ctx, grad_y, _grad_k_f):
-    x, k_f = ctx.saved_tensors
+def _fft_conv_grad(ctx, grad_y):
+    x, kernel = ctx.saved_tensors
     need = ctx.needs_input_grad  # one entry per argument given (no bias entry when the default None is used)
     need_x, need_k, need_b = need[0], need[1], len(need) > 3 and need[3]
-    grad_x, grad_k = fft_conv_backward(grad_y, x, k_f, ctx.n, need_x, need_k)
+    grad_x, grad_k = fft_conv_backward(grad_y, x, kernel, ctx.zero_lag, need_x, need_k)
     grad_b = grad_y.sum((0, 1, 3)) if need_b else None
     return (grad_x if need_x else None), (grad_k if need_k else None), None, grad_b
 
@@ -279,7 +301,9 @@ def _fft_conv_grad(ctx, grad_y, _grad_k_f):
 fft_conv.register_autograd(_fft_conv_grad, setup_context=_fft_conv_setup)
 
 
-def _direct_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """The convolution of the module docstring with grouped ``F.conv1d`` (no dtype handling, no crop):
+    ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)`` -> ``(B, C, L)`` or ``(B, N, C, L)``."""
     B, C, L = x.shape
     K = kernel.shape[-1]
     multi = kernel.dim() == 3
@@ -304,6 +328,7 @@ def long_conv1d(
     *,
     zero_lag: int = 0,
     backend: str = 'auto',
+    spectrum: tuple[torch.Tensor, int] | None = None,
     spectrum_cache: dict | None = None,
 ) -> torch.Tensor:
     """Depthwise linear convolution (see the module docstring for the lag convention).
@@ -314,32 +339,27 @@ def long_conv1d(
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
         backend: ``'auto'``, ``'fft'``, ``'direct'`` or ``'flashfft'``.
-        spectrum_cache: optional dict owned by the caller (e.g. a deployed layer) in which the FFT
-            path keeps the kernel's spectrum between calls when no gradient is needed. Entries are
-            keyed by the kernel's storage, version counter, dtype, device and by the input length
-            (which sets the crop and FFT size), so ``load_state_dict``, in-place updates and ``.to()``
-            invalidate them and inputs of different lengths never share one.
+        spectrum: optional ``kernel_spectrum(kernel, zero_lag, L)`` in the compute dtype (float32, or float64 for
+            float64 operands), prepared by the caller (a deployed layer keeps it between calls). Used by the FFT
+            path when no gradient is needed; the caller answers for it being the spectrum of ``kernel``.
+        spectrum_cache: deprecated and ignored (the function keeps no state; pass ``spectrum``).
 
     Returns:
         ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
     """
     if backend not in _BACKENDS:
         raise ValueError(f'backend must be one of {_BACKENDS}, got {backend!r}')
-    _check(x, kernel, zero_lag, bias)
-    L = x.shape[-1]
-    full_kernel = kernel
-    kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
-    if backend == 'auto':
-        backend = choose_backend(x, kernel.shape[-1], zero_lag)
-    elif backend == 'flashfft' and not flashfft.supports(x, kernel.shape[-1], zero_lag):
-        warn_once(
-            'flashfft-fallback',
-            'flashfftconv cannot run this convolution (package missing, not a fp16/bf16 CUDA input, '
-            'or an unsupported size); falling back to the torch.fft backend',
+    if spectrum_cache is not None:
+        warnings.warn(
+            'long_conv1d(spectrum_cache=...) is deprecated and ignored: pass spectrum=kernel_spectrum(...) instead',
+            DeprecationWarning,
+            stacklevel=2,
         )
-        backend = 'fft'
+    _check(x, kernel, zero_lag, bias)
+    backend = resolve_backend(x, kernel, zero_lag, backend)
     out_dtype = x.dtype
     if backend == 'flashfft':
+        kernel, zero_lag = crop_kernel(kernel, zero_lag, x.shape[-1])
         y = flashfft.conv1d(x, kernel, zero_lag)
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
@@ -351,46 +371,44 @@ def long_conv1d(
     xc = x.to(compute)
     b = None if bias is None else bias.to(compute)
     if backend == 'direct':
+        kernel, zero_lag = crop_kernel(kernel, zero_lag, x.shape[-1])
         with autocast_off(x.device.type):
-            y = _direct_conv(xc, kernel.to(compute), zero_lag)
+            y = direct_conv1d(xc, kernel.to(compute), zero_lag)
         if b is not None:
             y = y + b.unsqueeze(-1)
         return y.to(out_dtype)
     stacked = kernel.dim() == 3
-    cached = not needs_grad and spectrum_cache is not None and not torch.compiler.is_compiling()
-    if cached:
-        k_f, n = _cached_spectrum(spectrum_cache, full_kernel, kernel, zero_lag, L, compute)
+    if spectrum is not None and not needs_grad:
+        k_f, n = spectrum
+        if k_f.shape[:-1] != kernel.shape[:-1] or k_f.dtype != compute.to_complex():
+            raise ValueError(
+                f'long_conv1d: spectrum of shape {tuple(k_f.shape)} and dtype {k_f.dtype} does not belong to a '
+                f'{tuple(kernel.shape)} kernel computed in {compute}'
+            )
         y = fft_conv_spectrum(xc, k_f if stacked else k_f.unsqueeze(0), n, b)
     else:
-        n = fft_length(L, kernel.shape[-1], zero_lag)
-        k_circ = circular_kernel(kernel.to(compute), zero_lag, n)
-        y = fft_conv(xc, k_circ if stacked else k_circ.unsqueeze(0), n, b)[0]
+        k = kernel.to(compute)
+        y = fft_conv(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
 
 
-# Spectra kept per deployed layer: one per input size in use (a detection backbone alternates a few).
-_SPECTRUM_CACHE_SIZE = 8
-
-
-def _cached_spectrum(
-    cache: dict, full_kernel: torch.Tensor, kernel: torch.Tensor, zero_lag: int, length: int, dtype
-) -> tuple[torch.Tensor, int]:
-    """The spectrum of ``kernel`` (``full_kernel`` cropped to ``length``) for an input of ``length``, from ``cache``.
-
-    The cached value depends on the kernel's values (its storage, version counter, shape, dtype, device) and on the
-    crop and FFT size, i.e. on ``length`` and ``zero_lag``: all of them are in the key. A kernel change drops every
-    entry; otherwise up to :data:`_SPECTRUM_CACHE_SIZE` lengths are kept (oldest dropped first).
-    """
-    n = fft_length(length, kernel.shape[-1], zero_lag)
-    kernel_key = (full_kernel.data_ptr(), full_kernel._version, tuple(full_kernel.shape), full_kernel.device)
-    if cache.get('kernel') != kernel_key:
-        cache.clear()
-        cache['kernel'] = kernel_key
-        cache['spectra'] = {}
-    spectra = cache['spectra']
-    key = (length, zero_lag, n, dtype)
-    if key not in spectra:
-        if len(spectra) >= _SPECTRUM_CACHE_SIZE:
-            spectra.pop(next(iter(spectra)))
-        spectra[key] = _spectrum(kernel.to(dtype), zero_lag, n)
-    return spectra[key], n
+def resolve_backend(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, backend: str = 'auto') -> str:
+    """The backend :func:`long_conv1d` runs for this input and kernel: ``backend`` itself, ``'auto'`` resolved by
+    :func:`choose_backend` on the taps that reach ``x``, and ``'flashfft'`` where flashfftconv cannot run it
+    replaced by ``'fft'`` (with a one-time warning)."""
+    L = x.shape[-1]
+    if backend not in ('auto', 'flashfft'):
+        return backend
+    # the kernel after crop_kernel, without guarding on the sizes under torch.compile
+    zero = torch.sym_min(zero_lag, L - 1)
+    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
+    if backend == 'auto':
+        return choose_backend(x, taps, zero)
+    if not flashfft.supports(x, taps, zero):
+        warn_once(
+            'flashfft-fallback',
+            'flashfftconv cannot run this convolution (package missing, not a fp16/bf16 CUDA input, '
+            'or an unsupported size); falling back to the torch.fft backend',
+        )
+        return 'fft'
+    return 'flashfft'

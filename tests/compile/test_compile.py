@@ -73,3 +73,40 @@ def test_mrconvnext_training_step_fullgraph(backend, batches):
     for b, bc in zip(model.buffers(), compiled_model.buffers()):
         if b.is_floating_point():
             _close(bc, b)
+
+
+SIZES = (64, 72, 80, 96, 56, 88, 104, 48, 112, 120)
+
+
+def _compiles_over_sizes(model: torch.nn.Module) -> tuple[int, list[float]]:
+    """Graphs compiled (fullgraph, automatic dynamic shapes) for a deployed model run at :data:`SIZES`, and the
+    largest |compiled - eager| at each size."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    count = [0]
+
+    def counting(gm, example_inputs):
+        count[0] += 1
+        return aot_autograd(fw_compiler=lambda g, _: g)(gm, example_inputs)
+
+    compiled = torch.compile(model, fullgraph=True, backend=counting)
+    diffs = []
+    with torch.no_grad():
+        for s in SIZES:
+            x = torch.randn(2, 3, s, s)
+            diffs.append(((compiled(x) - model(x)).abs().max() / model(x).abs().max()).item())
+    return count[0], diffs
+
+
+def test_eval_graphs_take_new_sizes_without_recompiling_as_convnext():
+    """Issue 23 item 6: a deployed mrconvnext_atto compiled once per width (the 9th width raised
+    FailOnRecompileLimitHit). Now it recompiles exactly as often as timm's convnext_atto on the same 10 sizes (the
+    static first size, one dynamic graph, and whatever timm's own layers add: today a 1x1 last stage at 56 px), and
+    every size equals eager (float32, relative to the output scale)."""
+    ours = timm.create_model('mrconvnext_atto', img_size=64, num_classes=10, depths=(1, 1, 1, 1)).eval()
+    ours.reparameterize()
+    n_ours, diffs = _compiles_over_sizes(ours)
+    torch._dynamo.reset()
+    n_timm, _ = _compiles_over_sizes(timm.create_model('convnext_atto', num_classes=10, depths=(1, 1, 1, 1)).eval())
+    assert n_ours == n_timm <= 3, (n_ours, n_timm)
+    assert max(diffs) < TOL, diffs

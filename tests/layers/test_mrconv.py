@@ -9,7 +9,7 @@ from mrconvnext.layers.kernel_params import (
     SparseKernel,
     fourier_basis,
 )
-from tests.reference import dense_kernel, fourier_lags, remap_lags_loop, shifted_sum_conv
+from tests.reference import fourier_lags, shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
 
@@ -50,19 +50,16 @@ def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
     return k
 
 
-def _reference_forward(
-    layer: MRConv1d, x: torch.Tensor, training: bool, widths: tuple[int, int] | None = None
-) -> torch.Tensor:
-    """The layer by naive formulas; ``widths = (W, W')``: each branch kernel moved from width ``W`` to ``W'`` by
-    the tap loop of the 2-D remap rule (``tests.reference.remap_lags_loop``) first."""
+def _reference_forward(layer: MRConv1d, x: torch.Tensor, training: bool, conv=None) -> torch.Tensor:
+    """The layer by naive formulas, on ``(B, C, L)``: each branch's dense kernel ``k`` (lag 0 at ``zero_lag``)
+    applied by ``conv(x, k, zero_lag) -> (B, C, L')`` (default: the tap loop on ``x``; the size tests pass the 2-D
+    rules' references), then the BatchNorms over those outputs and the weighted sum."""
     x = x.double()
+    conv = conv or shifted_sum_conv
     R, causal = layer.reach, layer.causal
     outs = []
     for b in layer.branches:
-        k, zero_lag = _reference_branch(b, R, causal), 0 if causal else R - 1
-        if widths is not None:
-            k, zero_lag = dense_kernel(remap_lags_loop(k, zero_lag, *widths, x.shape[-1]))
-        outs.append(shifted_sum_conv(x, k, zero_lag))
+        outs.append(conv(x, _reference_branch(b, R, causal), 0 if causal else R - 1))
     if layer.combine == 'scale':
         beta = layer.beta.detach().double()
         return sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach().double()[:, None]

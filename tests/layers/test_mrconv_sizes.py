@@ -1,11 +1,17 @@
-"""MRConv2d at input sizes other than its nominal one: the 2-D lag remap, its caches and the grid record."""
+"""MRConv2d at input sizes other than its nominal one: the size rules, the deployed cache and the grid record.
+
+References: ``'conv2d'``: ``F.conv2d`` with the 2-D kernel of identity 1 built by a loop (``tests.reference``);
+``'split'``: the tap loop of the fractional remap rule, then a tap-loop convolution; ``'none'``: the tap loop on the
+nominal lags."""
+
+import copy
 
 import pytest
 import torch
 
 from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
 from tests.layers.test_mrconv import _reference_forward, _train_a_little
-from tests.reference import shifted_sum_conv
+from tests.reference import conv2d_same, dense_kernel, kernel_2d, remap_lags_loop, shifted_sum_conv
 
 NOMINAL = (5, 8)
 
@@ -22,43 +28,76 @@ def _trained(layer: MRConv2d) -> MRConv2d:
     return layer.eval()
 
 
+def _rule_conv(rule: str, size: tuple[int, int]):
+    """The reference of one kernel under ``rule`` on an ``size`` map: ``conv(x (B, C, H, W), k, zero_lag)``."""
+
+    def conv(x, k, zero_lag):
+        x = x.reshape(x.shape[0], x.shape[1], *size)
+        if rule == 'conv2d':
+            return conv2d_same(x, kernel_2d(k, zero_lag, NOMINAL)).flatten(2)
+        if rule == 'split':
+            k, zero_lag = dense_kernel(remap_lags_loop(k, zero_lag, NOMINAL[1], size[1], size[0] * size[1]))
+        return shifted_sum_conv(x.flatten(2).double(), k, zero_lag)
+
+    return conv
+
+
 @pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
 @pytest.mark.parametrize('combine', ['bn', 'scale'])
 @pytest.mark.parametrize('causal', [False, True])
-@pytest.mark.parametrize('size', [(6, 11), (7, 5), (3, 3)])
-def test_branched_layer_at_another_width_matches_the_loop_reference(kernel_type, combine, causal, size):
-    """Eval and training mode (batch statistics), float64: each branch kernel remapped by the tap loop of the rule,
-    then convolved by a tap loop."""
-    layer = _trained(_layer(kernel_type, combine, causal))
+@pytest.mark.parametrize('size', [(6, 11), (7, 5), (3, 3), (9, NOMINAL[1])])
+@pytest.mark.parametrize('rule', ['conv2d', 'split', 'none'])
+def test_branched_layer_at_another_size_matches_its_rule_reference(kernel_type, combine, causal, size, rule):
+    """Eval and training mode (batch statistics over the map's own pixels), float64."""
+    layer = _trained(_layer(kernel_type, combine, causal, lag_remap=rule))
     x = torch.randn(2, 4, *size, dtype=torch.float64)
-    widths = (NOMINAL[1], size[1])
     for training in (False, True):
         layer.train(training)
         y = layer(x).reshape(2, 4, -1)
-        ref = _reference_forward(layer, x.reshape(2, 4, -1), training, widths)
+        ref = _reference_forward(layer, x, training, _rule_conv(rule, size))
         torch.testing.assert_close(y, ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize('causal', [False, True])
+@pytest.mark.parametrize('size', [(6, 11), (7, 5), (2, 1), (12, 20), (9, NOMINAL[1])])
+def test_conv2d_rule_is_the_2d_convolution_of_the_nominal_layer(causal, size):
+    """Deployed, float64: the layer on any map is F.conv2d with the 2-D kernel of its flattened kernel at the
+    nominal size (identity 1), whose own nominal-size output it reproduces."""
+    layer = _trained(_layer(causal=causal))
+    layer.reparameterize()
+    K2 = kernel_2d(layer.kernel.detach(), layer.zero_lag, NOMINAL)
+    bias = layer.bias.detach()[None, :, None, None]
+    with torch.no_grad():
+        for s in (NOMINAL, size):
+            x = torch.randn(2, 4, *s, dtype=torch.float64)
+            torch.testing.assert_close(layer(x), conv2d_same(x, K2) + bias, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('combine', ['bn', 'scale'])
 @pytest.mark.parametrize('size', [(6, 11), (9, 4)])
-def test_reparameterized_equals_branched_at_another_width_float32(combine, size):
-    """The deployed kernel is remapped as a whole, the branched layer branch by branch: the remap is linear, so
+@pytest.mark.parametrize('rule', ['conv2d', 'split'])
+def test_reparameterized_equals_branched_at_another_size_float32(combine, size, rule):
+    """The deployed kernel is adapted as a whole, the branched layer branch by branch: the rules are linear, so
     they agree to float32 rounding (tolerance 2e-5 relative to the output scale, as at the nominal size)."""
-    layer = _trained(_layer('fourier_sparse', combine)).float()
+    layer = _trained(_layer('fourier_sparse', combine, lag_remap=rule)).float()
     x = torch.randn(3, 4, *size)
     y = layer(x)
     layer.reparameterize()
     torch.testing.assert_close(layer(x), y, rtol=2e-5, atol=2e-5 * y.abs().max().item())
 
 
-@pytest.mark.parametrize('size', [NOMINAL, (9, NOMINAL[1]), (2, NOMINAL[1])])
+@pytest.mark.parametrize(
+    'rule, size',
+    [(r, s) for r in ('conv2d', 'split') for s in (NOMINAL, (2, NOMINAL[1]))] + [('split', (9, NOMINAL[1]))],
+)
 @pytest.mark.parametrize('deploy', [False, True])
-def test_identity_at_the_nominal_width(size, deploy):
-    """At the nominal width, whatever the height, the output is bitwise the one without the remap."""
-    layer = _trained(_layer())
+def test_identity_at_the_nominal_width(rule, size, deploy):
+    """Where a rule leaves the kernel as it is (the nominal width; for 'conv2d' at most the nominal height, where
+    the plain kernel is the 2-D convolution), the output is bitwise the one of the nominal lags."""
+    layer = _trained(_layer(lag_remap=rule))
     if deploy:
         layer.reparameterize()
-    off = _trained(_layer(lag_remap=False))
+    off = _trained(_layer(lag_remap='none'))
     off.load_state_dict(layer.state_dict())
     x = torch.randn(2, 4, *size, dtype=torch.float64)
     for training in (False,) if deploy else (False, True):
@@ -67,19 +106,19 @@ def test_identity_at_the_nominal_width(size, deploy):
         assert torch.equal(layer(x), off(x))
 
 
-def test_lag_remap_false_applies_the_nominal_lags():
-    """The earlier behaviour, kept behind lag_remap=False: the merged kernel's 1-D lags at any width."""
-    layer = _trained(_layer(lag_remap=False))
-    x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
-    kernel, bias = layer.merged_kernel()
-    ref = shifted_sum_conv(x.reshape(2, 4, -1), kernel.detach(), layer.zero_lag) + bias.detach()[:, None]
-    torch.testing.assert_close(layer(x).reshape(2, 4, -1), ref, rtol=1e-9, atol=1e-9)
+@pytest.mark.parametrize('value, rule', [(True, 'split'), (False, 'none'), ('conv2d', 'conv2d')])
+def test_lag_remap_values(value, rule):
+    assert _layer(lag_remap=value).lag_remap == rule
+    assert _layer().lag_remap == 'conv2d'
+    with pytest.raises(ValueError, match=r"lag_remap must be one of \('conv2d', 'split', 'none'\)"):
+        _layer(lag_remap='bilinear')
 
 
-def test_whole_row_kernel_stays_vertical():
+@pytest.mark.parametrize('rule', ['conv2d', 'split'])
+def test_whole_row_kernel_stays_vertical(rule):
     """A deployed kernel with taps only at whole rows at the nominal width is, at another width, a purely vertical
     filter: on an image constant along each row, the output is constant along each row too."""
-    layer = _layer(deploy=True).double().eval()
+    layer = _layer(deploy=True, lag_remap=rule).double().eval()
     W = NOMINAL[1]
     with torch.no_grad():
         layer.kernel.zero_()
@@ -89,7 +128,7 @@ def test_whole_row_kernel_stays_vertical():
     x = torch.randn(2, 4, 7, 1, dtype=torch.float64).expand(2, 4, 7, 13)
     y = layer(x)
     torch.testing.assert_close(y, y[..., :1].expand_as(y), rtol=0, atol=1e-12)
-    off = _layer(deploy=True, lag_remap=False).double().eval()
+    off = _layer(deploy=True, lag_remap='none').double().eval()
     off.load_state_dict(layer.state_dict())
     y_off = off(x)
     assert (y_off - y_off[..., :1]).abs().max() > 1e-3  # without the remap the rows mix columns
@@ -114,21 +153,67 @@ def test_gradients_flow_at_another_width():
     torch.testing.assert_close(w.grad[0, 0], (plus - minus) / (2 * eps), rtol=1e-5, atol=1e-6)
 
 
-def test_deployed_layer_keeps_one_adapted_kernel_per_size_until_the_kernel_changes():
+@pytest.mark.parametrize('rule', ['conv2d', 'split'])
+def test_deployed_layer_keeps_derived_kernels_per_size_until_the_kernel_changes(rule):
+    layer = _trained(_layer(lag_remap=rule))
+    layer.reparameterize()
+    x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x)
+        assert len(layer._derived) == 1
+        layer.kernel.mul_(2)  # an in-place change drops the derived kernels
+        torch.testing.assert_close(layer(x), 2 * y - layer.bias[None, :, None, None], rtol=1e-12, atol=1e-12)
+        for w in range(9, 30):
+            layer(torch.randn(1, 4, 2, w, dtype=torch.float64))
+        assert len(layer._derived) == 8  # bounded
+
+
+@pytest.mark.parametrize('size', [NOMINAL, (6, 11)])
+@pytest.mark.parametrize('edit', ['data_mul', 'data_copy', 'detach_fill', 'data_assign', 'half_and_back'])
+def test_deployed_cache_never_serves_a_stale_kernel(size, edit):
+    """Issue 23 item 2: edits through ``.data`` (and ``.detach()``) bypass the version counter; the next forward
+    must still use the new kernel. Reference: a fresh layer loaded with the edited weights, and F.conv2d."""
+    layer = _trained(_layer())
+    layer.reparameterize()
+    x = torch.randn(2, 4, *size, dtype=torch.float64)
+    with torch.no_grad():
+        layer(x)  # fills the cache
+        k = layer.kernel
+        if edit == 'data_mul':
+            k.data.mul_(2)
+        elif edit == 'data_copy':
+            k.data.copy_(torch.randn_like(k))
+        elif edit == 'detach_fill':
+            k.detach()[:, ::3] = 0.5
+        elif edit == 'data_assign':
+            k.data = torch.randn_like(k)
+        else:
+            layer.half()
+            layer.double()
+            k.data[:, :5] += 1
+        fresh = _layer(deploy=True).double().eval()
+        fresh.load_state_dict(layer.state_dict())
+        ref = conv2d_same(x, kernel_2d(layer.kernel, layer.zero_lag, NOMINAL)) + layer.bias[None, :, None, None]
+        torch.testing.assert_close(layer(x), ref, rtol=1e-10, atol=1e-10)
+        assert torch.equal(layer(x), fresh(x))
+
+
+def test_deployed_layer_deep_copies_after_running_at_another_size():
+    """Issue 23 item 5: the cached adapted kernel carried an autograd graph, and deepcopy refused it. Also through
+    timm's reparameterize_model and ModelEmaV3 (both deep-copy), under inference_mode too."""
+    from timm.utils import ModelEmaV3, reparameterize_model
+
     layer = _trained(_layer())
     layer.reparameterize()
     x = torch.randn(2, 4, 6, 11, dtype=torch.float64)
     with torch.no_grad():
         y = layer(x)
-        kernel = layer._adapted[(11, 66)][0]
-        layer(x)
-        assert layer._adapted[(11, 66)][0] is kernel
-        layer.kernel.mul_(2)  # an in-place change drops the adapted kernels
-        torch.testing.assert_close(layer(x), 2 * y - layer.bias[None, :, None, None], rtol=1e-12, atol=1e-12)
-        assert layer._adapted[(11, 66)][0] is not kernel
-        for w in range(9, 30):
-            layer(torch.randn(1, 4, 2, w, dtype=torch.float64))
-        assert len(layer._adapted) <= 9  # 8 sizes and the kernel key
+    with torch.inference_mode():
+        layer(torch.randn(1, 4, 3, 13, dtype=torch.float64))
+    for copied in (copy.deepcopy(layer), reparameterize_model(layer), ModelEmaV3(layer).module):
+        with torch.no_grad():
+            assert torch.equal(copied(x), y)
+        assert len(copied._derived) <= 1
 
 
 def test_grid_is_recorded_and_checked_on_load():

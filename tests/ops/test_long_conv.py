@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mrconvnext.ops import _native, circular_kernel, fft_size, long_conv1d
-from mrconvnext.ops.long_conv import fft_length
+from mrconvnext.ops.long_conv import fft_length, kernel_spectrum
 from tests.reference import shifted_sum_conv
 
 
@@ -76,46 +76,33 @@ def test_inference_path_in_small_chunks(monkeypatch, stacked):
             torch.testing.assert_close(yi, shifted_sum_conv(x, ki, 20) + bias[:, None], rtol=1e-10, atol=1e-10)
 
 
-def test_spectrum_cache_follows_the_kernel():
+def test_prepared_spectrum_serves_inference_only():
     x = torch.randn(2, 3, 30, dtype=torch.float64)
     k = torch.nn.Parameter(torch.randn(3, 59, dtype=torch.float64))
-    cache = {}
+    spectrum = kernel_spectrum(k.detach(), 29, 30)
     with torch.no_grad():
-        for _ in range(2):
-            y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
-            torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
-        assert len(cache['spectra']) == 1
-        k.mul_(-2.0)  # in place, as load_state_dict does
-        torch.testing.assert_close(
-            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x, k, 29)
-        )
-        k.data = torch.randn(3, 59, dtype=torch.float64)  # new storage, as .to() gives
-        torch.testing.assert_close(
-            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x, k, 29)
-        )
-        x2 = torch.randn(2, 3, 17, dtype=torch.float64)  # another length: another FFT size
-        torch.testing.assert_close(
-            long_conv1d(x2, k, zero_lag=29, backend='fft', spectrum_cache=cache), shifted_sum_conv(x2, k, 29)
-        )
-    # with gradients the cache is bypassed and the result is differentiable
-    y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
+        y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=spectrum)
+        torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
+        # it is what the operator computes: the spectrum of another kernel gives that kernel's result
+        other = torch.randn(3, 59, dtype=torch.float64)
+        y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(other, 29, 30))
+        torch.testing.assert_close(y, shifted_sum_conv(x, other, 29), rtol=1e-10, atol=1e-10)
+        with pytest.raises(ValueError, match='does not belong to a'):
+            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(k.detach().float(), 29, 30))
+    # with gradients it is not used: the result is the kernel's and differentiable
+    y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(other, 29, 30))
     assert y.requires_grad
+    torch.testing.assert_close(y.detach(), shifted_sum_conv(x, k.detach(), 29), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize('causal', [True, False])
-def test_spectrum_cache_keys_on_the_input_length(causal):
-    # Regression (issue 13): lengths 19 and 20 share the FFT size 40, but the cached spectrum is of the kernel
-    # cropped to the first length; a cache keyed without the length silently dropped lags for the second.
-    K = 20 if causal else 39
-    zero_lag = 0 if causal else 19
-    k = torch.randn(4, K, dtype=torch.float64)
+def test_spectrum_cache_argument_is_deprecated_and_ignored():
+    x = torch.randn(2, 3, 30, dtype=torch.float64)
+    k = torch.randn(3, 59, dtype=torch.float64)
     cache = {}
-    with torch.no_grad():
-        for L in (19, 20, 19, 7, 20):
-            x = torch.randn(2, 4, L, dtype=torch.float64)
-            y = long_conv1d(x, k, zero_lag=zero_lag, backend='fft', spectrum_cache=cache)
-            torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag), rtol=1e-10, atol=1e-10)
-    assert len(cache['spectra']) == 3  # one per length in use
+    with pytest.warns(DeprecationWarning, match='spectrum_cache'):
+        y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum_cache=cache)
+    torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
+    assert cache == {}
 
 
 def test_float32_accuracy_long_sequence():
@@ -251,8 +238,6 @@ def test_fused_kernel_builds():
 @pytest.mark.parametrize('with_bias', [False, True])
 @pytest.mark.parametrize('L', [20, 23])  # channels-last copies go in 4 x 4 tiles: 23 leaves ragged positions
 def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
-    from mrconvnext.ops.long_conv import _spectrum
-
     module = _native.build_fftconv_cpu()
     B, C, K, zero_lag = 3, 7, 31, 12  # asymmetric kernel reaching past both ends
     x64 = torch.randn(B, C, L, dtype=torch.float64)
@@ -264,7 +249,7 @@ def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
     if layout == 'channels_last':  # strided output too: each (b, i) plane laid out (L, C)
         out = torch.full((B, N, L, C), float('nan')).transpose(2, 3)
     bias = None if b64 is None else b64.float()
-    module.fft_conv_forward(x, _spectrum(k64.float(), zero_lag, n).contiguous(), n, bias, out, block)
+    module.fft_conv_forward(x, kernel_spectrum(k64.float(), zero_lag, L)[0].contiguous(), n, bias, out, block)
     for i in range(N):
         ref = shifted_sum_conv(x64, k64[i], zero_lag) + (0 if b64 is None else b64[:, None])
         # float32 FFTs of size n: error ~ eps * log2(n) * (|x| |k| summed over taps)
@@ -279,8 +264,6 @@ def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
 @pytest.mark.parametrize('L', [20, 23])
 def test_fused_backward_matches_float64_autograd(layout, N, block, needs, L):
     """The native backward against float64 autograd through the direct (F.conv1d) path."""
-    from mrconvnext.ops.long_conv import _spectrum
-
     module = _native.build_fftconv_cpu()
     B, C, K, zero_lag = 3, 7, 31, 12
     n = fft_length(L, K, zero_lag)
@@ -291,7 +274,7 @@ def test_fused_backward_matches_float64_autograd(layout, N, block, needs, L):
     x, g = x64.detach().float(), g64.float()
     if layout == 'channels_last':
         x, g = x.mT.contiguous().mT, g.transpose(2, 3).contiguous().transpose(2, 3)
-    k_f = _spectrum(k64.detach().float(), zero_lag, n).contiguous()
+    k_f = kernel_spectrum(k64.detach().float(), zero_lag, L)[0].contiguous()
     grad_x, grad_k_f = module.fft_conv_backward(x, k_f, n, g, *needs, block)
     if needs[0]:
         assert grad_x.stride() == x.stride()  # laid out like x

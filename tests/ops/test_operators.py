@@ -7,7 +7,7 @@ import torch
 
 from mrconvnext.ops import long_conv1d
 from mrconvnext.ops.conv_bn_sum import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
-from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward, fft_conv_spectrum
+from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward, fft_conv_spectrum, kernel_spectrum
 
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
 
@@ -20,17 +20,29 @@ def _x(layout, B=2, C=3, L=10):
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 @pytest.mark.parametrize('N', [1, 3])
 @pytest.mark.parametrize('with_bias', [False, True])
-def test_opcheck_fft_conv(layout, N, with_bias):
-    n = 24
+@pytest.mark.parametrize('K, zero_lag', [(7, 3), (25, 0), (31, 24)])  # within, and reaching past both ends
+def test_opcheck_fft_conv(layout, N, with_bias, K, zero_lag):
     x = _x(layout).requires_grad_()
-    k = torch.randn(N, 3, n, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(N, 3, K, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, requires_grad=True) if with_bias else None
-    torch.library.opcheck(fft_conv, (x, k, n, b) if with_bias else (x, k, n))  # bias given, or left at its default
-    k_f = torch.fft.rfft(k.detach())
+    args = (x, k, zero_lag, b) if with_bias else (x, k, zero_lag)  # bias given, or left at its default
+    torch.library.opcheck(fft_conv, args)
+    k_f, n = kernel_spectrum(k.detach(), zero_lag, x.shape[-1])
     torch.library.opcheck(fft_conv_spectrum, (x.detach(), k_f, n, None if b is None else b.detach()))
     g = torch.randn(2, N, 3, 10, dtype=torch.float64)
     for need in [(True, True), (True, False), (False, True)]:
-        torch.library.opcheck(fft_conv_backward, (g, x.detach(), k_f, n, *need))
+        torch.library.opcheck(fft_conv_backward, (g, x.detach(), k.detach(), zero_lag, *need))
+
+
+def test_fft_conv_gradcheck_with_cropped_taps():
+    """The operator's registered backward against finite differences, taps past both ends included (their gradient
+    is 0: they reach no output)."""
+    x = torch.randn(2, 3, 9, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 25, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda x, k, b: fft_conv(x, k, 12, b), (x, k, b))
+    (g,) = torch.autograd.grad(fft_conv(x, k, 12).sum(), k)
+    assert g[..., :4].abs().max() == 0 and g[..., -4:].abs().max() == 0
 
 
 @pytest.mark.skipif(not HAVE_FUSED, reason='fused CPU extension unavailable (no MKL/compiler)')
@@ -121,14 +133,14 @@ def test_decompositions_equal_the_operators():
     d = dict(dtype=torch.float64)
     x1, off1 = torch.randn(2, 4, 11, **d), torch.rand(2, 2, 11, 2, **d)
     x2, off2 = torch.randn(2, 4, 5, 6, **d), torch.rand(2, 1, 5, 6, 4, **d)
-    n = 24
-    k_circ, bias = torch.randn(3, 4, n, **d), torch.randn(4, **d)
+    kernel, bias = torch.randn(3, 4, 27, **d), torch.randn(4, **d)  # lags -13 .. 13 reach past both ends of 11
+    k_f, n = kernel_spectrum(kernel, 13, 11)
     cases = [
         (ops.talk1d.default, (x1, off1, 3, 2, 'torch')),
         (ops.talk2d.default, (x2, off2, 2, 1, 1, 2, 'torch')),
         (ops.dynamic_conv.default, (torch.randn(2, 2, 3, 9, **d), torch.randn(2, 2, 5, 9, **d), 2)),
-        (ops.fft_conv.default, (x1, k_circ, n, bias)),
-        (ops.fft_conv_spectrum.default, (x1, torch.fft.rfft(k_circ), n, None)),
+        (ops.fft_conv.default, (x1, kernel, 13, bias)),
+        (ops.fft_conv_spectrum.default, (x1, k_f, n, None)),
     ]
     if triton:
         cases += [(ops.talk1d_triton.default, (x1, off1, 3, 2)), (ops.talk2d_triton.default, (x2, off2, 2, 1, 1, 2))]
