@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .light_conv import dynamic_conv_decomposition
 from .kernel_layout import crop_kernel
+from .light_conv import dynamic_conv_decomposition
 from .long_conv import direct_conv1d
 from .talk import _acc_dtype, talk1d_reference, talk2d_reference
 

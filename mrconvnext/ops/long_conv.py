@@ -266,7 +266,7 @@ def fft_conv_backward(
     rather than saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two ``(B, N, C, F)``
     complex products and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
     """
-    L, K = x.shape[-1], kernel.shape[-1]
+    L = x.shape[-1]
     cropped, z = crop_kernel(kernel, zero_lag, L)
     k_f, n = kernel_spectrum(kernel, zero_lag, L)
     grad_x, grad_circ = _conv_backward(grad_y, x, k_f.contiguous(), n, need_x, need_k)
