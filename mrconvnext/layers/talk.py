@@ -23,6 +23,7 @@ from timm.layers import register_notrace_module
 from ..ops._args import check_int, check_size2
 from ..ops._autocast import autocast_off
 from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
+from ..ops.talk_reference import MAX_OFFSET
 from ._checks import check_mixer_input
 from ._torchscript import ScriptedInPython, python_forward
 
@@ -34,7 +35,7 @@ def _resolve_max(cls: str, name: str, value: int | None, extent: int | None) -> 
         if extent is None:
             raise ValueError(f'{cls}: {name}=None needs the nominal size (seq_len / input_size) for its default')
         return extent // 2
-    return check_int(cls, name, value, minimum=0)
+    return check_int(cls, name, value, minimum=0, maximum=MAX_OFFSET)
 
 
 def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, backend: str) -> None:

@@ -9,20 +9,21 @@ import torch
 __all__ = ['check_int', 'check_size2']
 
 
-def check_int(owner: str, name: str, value: object, minimum: int = 1) -> int:
-    """``value`` as an int if it is an integer (not a bool) ``>= minimum``; else a ``TypeError`` /
+def check_int(owner: str, name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
+    """``value`` as an int if it is an integer (not a bool) in ``[minimum, maximum]``; else a ``TypeError`` /
     ``ValueError`` that names ``owner``, the argument, what was expected and what arrived."""
+    want = f'an int >= {minimum}' if maximum is None else f'an int in [{minimum}, {maximum}]'
     if isinstance(value, torch.SymInt):  # a size traced by torch.compile: checked at run time, never specialized
-        torch._check(value >= minimum, lambda: f'{owner}: {name} must be an int >= {minimum}')
+        torch._check(value >= minimum, lambda: f'{owner}: {name} must be {want}')
         return value
     if isinstance(value, bool):
-        raise TypeError(f'{owner}: {name} must be an int >= {minimum}, got bool')
+        raise TypeError(f'{owner}: {name} must be {want}, got bool')
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f'{owner}: {name} must be an int >= {minimum}, got {type(value).__name__}') from None
-    if value < minimum:
-        raise ValueError(f'{owner}: {name} must be an int >= {minimum}, got {value}')
+        raise TypeError(f'{owner}: {name} must be {want}, got {type(value).__name__}') from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f'{owner}: {name} must be {want}, got {value}')
     return value
 
 

@@ -21,8 +21,13 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 # ------------------------------------------------------------------------------------------ validation
 
 
+# Largest maximum offset: a window of 2**31 positions covers any row a kernel indexes, and every engine computes
+# the normalizer exactly up to it (the operators' int64 schema would refuse 2**63 with an unclear message).
+MAX_OFFSET = 2**31 - 1
+
+
 def _check_max(name: str, value: int) -> int:
-    return check_int('talk', name, value, minimum=0)
+    return check_int('talk', name, value, minimum=0, maximum=MAX_OFFSET)
 
 
 def _check_inputs(x: torch.Tensor, offsets: torch.Tensor, spatial: int) -> int:

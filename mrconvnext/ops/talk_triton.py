@@ -185,13 +185,32 @@ def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
 
 @triton.jit
 def _talk1d_fwd_kernel(
-    x, P, off, y, C, L, R, heads, sxb, sxc, sxl, syb, syc, syl, ml, mr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr
+    x,
+    P,
+    off,
+    y,
+    C,
+    L,
+    R,
+    heads,
+    sxb,
+    sxc,
+    sxl,
+    syb,
+    syc,
+    syl,
+    ml,
+    mr,
+    norm_hi,
+    norm_lo,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
 ):
     bh, b, h, i, lmask = _program_block(L, heads, BLOCK_L)
     ob = off + (bh * L + i) * 2
     ks, fs, _ = _start_edge(i, tl.load(ob, mask=lmask, other=0.0) * ml, L)
     ke, fe, _ = _end_edge(i, tl.load(ob + 1, mask=lmask, other=0.0) * mr, L)
-    norm = ml + mr + 1
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
@@ -225,6 +244,8 @@ def _talk1d_bwd_kernel(
     sxl,
     ml,
     mr,
+    norm_hi,
+    norm_lo,
     NEED_DX: tl.constexpr,
     NEED_DOFF: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -235,9 +256,9 @@ def _talk1d_bwd_kernel(
     ds = tl.load(ob, mask=lmask, other=0.0)
     ks, fs, live_s = _start_edge(i, ds * ml, L)
     ke, fe, live_e = _end_edge(i, tl.load(ob + 1, mask=lmask, other=0.0) * mr, L)
-    norm = ml + mr + 1
     acc_s = tl.zeros([BLOCK_L], dtype=ds.dtype)
     acc_e = tl.zeros([BLOCK_L], dtype=ds.dtype)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
@@ -259,6 +280,18 @@ def _talk1d_bwd_kernel(
         tl.store(ob + 1, tl.where(live_e, acc_e * mr, 0.0), mask=lmask)
 
 
+def _norm(*maxima: int) -> tuple[float, float]:
+    """The normalizer ``(max_left + max_right + 1) [* (max_top + max_bottom + 1)]``, computed exactly on the host (in
+    the kernel, 32-bit integer arithmetic overflowed for maxima near 2**31, or 46341 in 2-D), as two float32 parts
+    (Triton passes floats as float32) whose sum in the accumulation dtype is the normalizer to 48 bits: exact
+    in float64 up to 2**48, and the nearest float32 in float32."""
+    norm = 1
+    for a, b in zip(maxima[::2], maxima[1::2]):
+        norm *= a + b + 1
+    hi = float(torch.tensor(float(norm), dtype=torch.float32))
+    return hi, float(norm - int(hi))
+
+
 def _grid_1d(B: int, heads: int, L: int) -> tuple[int]:
     return (B * heads * triton.cdiv(L, _BLOCK_L),)
 
@@ -277,7 +310,7 @@ def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_rig
     P[:, :, 0] = 0
     _scan(x.unsqueeze(1), P[:, :, 1:].unsqueeze(1), reverse=False)
     wrap_triton(_talk1d_fwd_kernel)[_grid_1d(B, heads, L)](
-        x, P, off, y, C, L, C // heads, heads, *x.stride(), *y.stride(), max_left, max_right,
+        x, P, off, y, C, L, C // heads, heads, *x.stride(), *y.stride(), max_left, max_right, *_norm(max_left, max_right),
         BLOCK_R=_BLOCK_R, BLOCK_L=_BLOCK_L,
     )  # fmt: skip
     return y
@@ -306,7 +339,7 @@ def talk1d_triton_backward(
     g = grad_y.to(x.dtype)
     wrap_triton(_talk1d_bwd_kernel)[_grid_1d(B, heads, L)](
         g, x, off, dP, doff if need_doff else off, C, L, C // heads, heads, *g.stride(), *x.stride(),
-        max_left, max_right, NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_L=_BLOCK_L,
+        max_left, max_right, *_norm(max_left, max_right), NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_L=_BLOCK_L,
     )  # fmt: skip
     if need_dx:
         _scan(dP[:, :, 1:].unsqueeze(1), dx.unsqueeze(1), reverse=True)  # dx[j] = sum_{t > j} dP[t]
@@ -330,7 +363,7 @@ def _edges_2d(off, bh, p, N, W, H, ml, mr, mt, mb, nmask):
 
 @triton.jit
 def _talk2d_fwd_kernel(
-    P, off, y, C, H, W, R, heads, ml, mr, mt, mb, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
+    P, off, y, C, H, W, R, heads, ml, mr, mt, mb, norm_hi, norm_lo, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
     N = H * W
     bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
@@ -338,7 +371,7 @@ def _talk2d_fwd_kernel(
         off, bh, p, N, W, H, ml, mr, mt, mb, nmask
     )
     w1 = W + 1
-    norm = (ml + mr + 1) * (mt + mb + 1)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
@@ -365,6 +398,8 @@ def _talk2d_bwd_kernel(
     mr,
     mt,
     mb,
+    norm_hi,
+    norm_lo,
     NEED_DX: tl.constexpr,
     NEED_DOFF: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -376,11 +411,11 @@ def _talk2d_bwd_kernel(
         off, bh, p, N, W, H, ml, mr, mt, mb, nmask
     )
     w1 = W + 1
-    norm = (ml + mr + 1) * (mt + mb + 1)
     acc_l = tl.zeros([BLOCK_N], dtype=fl.dtype)
     acc_r = tl.zeros([BLOCK_N], dtype=fl.dtype)
     acc_t = tl.zeros([BLOCK_N], dtype=fl.dtype)
     acc_b = tl.zeros([BLOCK_N], dtype=fl.dtype)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         c = (h * R + r).to(tl.int64)
@@ -434,6 +469,7 @@ def talk2d_triton(
     off = offsets.to(acc).contiguous()
     wrap_triton(_talk2d_fwd_kernel)[_grid_2d(B, heads, H * W)](
         P, off, y, C, H, W, C // heads, heads, max_left, max_right, max_top, max_bottom,
+        *_norm(max_left, max_right, max_top, max_bottom),
         BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
     )  # fmt: skip
     return y, P
@@ -463,7 +499,7 @@ def talk2d_triton_backward(
     g = grad_y.contiguous()
     wrap_triton(_talk2d_bwd_kernel)[_grid_2d(B, heads, H * W)](
         g, P, off, dP, doff if need_doff else off, C, H, W, C // heads, heads,
-        max_left, max_right, max_top, max_bottom,
+        max_left, max_right, max_top, max_bottom, *_norm(max_left, max_right, max_top, max_bottom),
         NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
     )  # fmt: skip
     if need_dx:

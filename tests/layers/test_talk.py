@@ -139,7 +139,8 @@ def test_half_input_uses_float32_offsets():
     [
         (dict(dim=6, num_heads=4, max_left=2, max_right=2), ValueError, r'num_heads \(4\) must divide dim \(6\)'),
         (dict(dim=4, num_heads=1), ValueError, r'max_left=None needs the nominal size'),
-        (dict(dim=4, seq_len=8, max_left=-1), ValueError, r'max_left must be an int >= 0, got -1'),
+        (dict(dim=4, seq_len=8, max_left=-1), ValueError, r'max_left must be an int in \[0, 2147483647\], got -1'),
+        (dict(dim=4, seq_len=8, max_left=2**63), ValueError, r'max_left must be an int in \[0, 2147483647\]'),
         (dict(dim=4, seq_len=8, causal=True, max_right=3), ValueError, r'causal=True needs max_right=0'),
         (dict(dim=4, seq_len=8, offsets_dropout=1.5), ValueError, r'offsets_dropout must be in \[0, 1\]'),
         (dict(dim=4, seq_len=8, backend='cuda'), ValueError, r'backend must be one of'),

@@ -306,6 +306,37 @@ def test_offsets_dropout():
         talk_offsets_dropout(off, 1.5)
 
 
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_largest_maxima_normalize_like_the_naive_loops(impl, dtype):
+    """Issue 23 item 3: the Triton kernels formed the normalizer in 32-bit integers, so max_left = 2**31 - 1 gave
+    -4.66e-10 instead of +4.66e-10, and 2-D maxima of 46341 4.9e-6 instead of 1.16e-10 (forward and backward).
+    Against the float64 cell loops; gradients (one float64 upstream gradient for both) against the PyTorch engine's
+    float64 autograd. Tolerance relative to each tensor's largest magnitude (window sums cancel): 1e-12 in float64,
+    1e-6 in float32."""
+    eps = 1e-12 if dtype == torch.float64 else 1e-6
+
+    def run(fn, x, off, maxes, backend, dt):
+        x, off = x.to(dt).requires_grad_(), off.to(dt).requires_grad_()
+        y = fn(x, off, *maxes, backend=backend)
+        g = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+        return (y, *torch.autograd.grad(y, (x, off), g.to(dt)))
+
+    def check(fn, naive, x, off, maxes):
+        got = run(fn, x, off, maxes, impl, dtype)
+        ref = (naive(x, off, *maxes), *run(fn, x, off, maxes, 'torch', torch.float64)[1:])
+        for a, r in zip(got, ref):
+            torch.testing.assert_close(a.double(), r, rtol=0, atol=eps * r.abs().max().item())
+
+    top = 2**31 - 1
+    x1, off1 = torch.randn(2, 4, 9, dtype=torch.float64), torch.rand(2, 2, 9, 2, dtype=torch.float64)
+    for maxes in ((top, 0), (top, top), (7, top)):
+        check(talk1d, naive_talk1d, x1, off1, maxes)
+    x2, off2 = torch.randn(1, 2, 3, 4, dtype=torch.float64), torch.rand(1, 1, 3, 4, 4, dtype=torch.float64)
+    for maxes in ((46341,) * 4, (top,) * 4):
+        check(talk2d, naive_talk2d, x2, off2, maxes)
+
+
 # ------------------------------------------------------------------------------------------ bad inputs
 
 X1, O1 = torch.randn(2, 4, 8), torch.rand(2, 2, 8, 2)
@@ -317,16 +348,18 @@ BAD_1D = [
     ((X1, torch.rand(2, 2, 7, 2), 2, 2), ValueError, r'got \(2, 2, 7, 2\)'),
     ((X1, torch.rand(3, 2, 8, 2), 2, 2), ValueError, r'expected shape'),
     ((X1, torch.rand(2, 3, 8, 2), 2, 2), ValueError, r'heads \(3\) must divide the channels \(4\)'),
-    ((X1, O1, -1, 2), ValueError, r'talk: max_left must be an int >= 0, got -1'),
-    ((X1, O1, 2, -3), ValueError, r'talk: max_right must be an int >= 0, got -3'),
-    ((X1, O1, 2.5, 2), TypeError, r'talk: max_left must be an int >= 0, got float'),
+    ((X1, O1, -1, 2), ValueError, r'talk: max_left must be an int in \[0, 2147483647\], got -1'),
+    ((X1, O1, 2, -3), ValueError, r'talk: max_right must be an int in \[0, 2147483647\], got -3'),
+    ((X1, O1, 2.5, 2), TypeError, r'talk: max_left must be an int in \[0, 2147483647\], got float'),
+    ((X1, O1, 2**63, 2), ValueError, r'talk: max_left must be an int in \[0, 2147483647\], got 9223372036854775808'),
+    ((X1, O1, 2, 2**31), ValueError, r'talk: max_right must be an int in \[0, 2147483647\], got 2147483648'),
     ((X1.long(), O1, 2, 2), TypeError, r'x: expected a floating-point dtype, got torch.int64'),
     ((X1, O1.int(), 2, 2), TypeError, r'offsets: expected a floating-point dtype, got torch.int32'),
     ((X1.tolist(), O1, 2, 2), TypeError, r'x: expected a torch.Tensor, got list'),
 ]
 
 
-@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference'])
+@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference', 'native', 'triton'])
 @pytest.mark.parametrize('args,exc,match', BAD_1D)
 def test_bad_inputs_1d(args, exc, match, backend):
     with pytest.raises(exc, match=match):
@@ -337,13 +370,18 @@ BAD_2D = [
     ((X1, O2, 1, 1, 1, 1), ValueError, r'4-D tensor \(B, C, H, W\), got shape \(2, 4, 8\)'),
     ((X2, torch.rand(2, 2, 3, 5, 2), 1, 1, 1, 1), ValueError, r'\(B, heads, H, W, 4\) = \(2, heads, 3, 5, 4\)'),
     ((X2, torch.rand(2, 3, 3, 5, 4), 1, 1, 1, 1), ValueError, r'heads \(3\) must divide'),
-    ((X2, O2, 1, 1, -1, 1), ValueError, r'talk: max_top must be an int >= 0, got -1'),
-    ((X2, O2, 1, 1, 1, True), TypeError, r'talk: max_bottom must be an int >= 0, got bool'),
+    ((X2, O2, 1, 1, -1, 1), ValueError, r'talk: max_top must be an int in \[0, 2147483647\], got -1'),
+    ((X2, O2, 1, 1, 1, True), TypeError, r'talk: max_bottom must be an int in \[0, 2147483647\], got bool'),
+    (
+        (X2, O2, 1, 2**63, 1, 1),
+        ValueError,
+        r'talk: max_right must be an int in \[0, 2147483647\], got 9223372036854775808',
+    ),
     ((X2.to(torch.int16), O2, 1, 1, 1, 1), TypeError, r'floating-point dtype, got torch.int16'),
 ]
 
 
-@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference'])
+@pytest.mark.parametrize('backend', ['auto', 'torch', 'reference', 'native', 'triton'])
 @pytest.mark.parametrize('args,exc,match', BAD_2D)
 def test_bad_inputs_2d(args, exc, match, backend):
     with pytest.raises(exc, match=match):
