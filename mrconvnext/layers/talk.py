@@ -13,6 +13,11 @@ Maximum offsets left as ``None`` default to half the extent of the nominal size 
 ``W // 2`` / ``H // 2``, ``H * W // 2`` for the flattened variant); e.g. a 7x7 map gets a box of at most
 7x7, like ConvNeXt's depthwise conv. ``seq_len`` / ``input_size`` only set these defaults: any input size
 works at run time.
+
+The maxima define the computation, so they are state: the persistent int64 buffer ``max_offsets`` holds them
+(``[left, right]``, 2-D ``[left, right, top, bottom]``), and loading a state dict sets the layer's maxima to the
+checkpoint's. A checkpoint trained at one size therefore computes the same windows in a layer built at another size.
+State dicts written before the buffer existed load with the layer's own maxima, as they always did.
 """
 
 import torch
@@ -69,9 +74,49 @@ def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(logits)
 
 
+class _MaximaInState(ScriptedInPython):
+    """Keeps the maxima named by ``_MAXIMA`` in the buffer ``max_offsets`` and takes them from a loaded state dict."""
+
+    _MAXIMA: tuple[str, ...] = ()
+
+    def _record_maxima(self) -> None:
+        self.register_buffer('max_offsets', torch.tensor(self._maxima(), dtype=torch.int64))
+
+    def _maxima(self) -> list[int]:
+        return [getattr(self, n) for n in self._MAXIMA]
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        key = prefix + 'max_offsets'
+        if key not in state_dict:  # written before the maxima were recorded: the layer's own
+            state_dict[key] = torch.tensor(self._maxima(), dtype=torch.int64)
+        values = state_dict[key]
+        cls = type(self).__name__
+        if not isinstance(values, torch.Tensor) or values.shape != (len(self._MAXIMA),) or values.is_floating_point():
+            got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+            error_msgs.append(f'{cls} {prefix!r}: max_offsets must be {len(self._MAXIMA)} integers, got {got}')
+            return
+        try:
+            maxima = [check_int(cls, n, int(v), minimum=0, maximum=MAX_OFFSET) for n, v in zip(self._MAXIMA, values)]
+        except ValueError as e:
+            error_msgs.append(f'{prefix!r}: {e}')
+            return
+        if getattr(self, 'causal', False) and maxima[1] != 0:
+            error_msgs.append(f'{cls} {prefix!r}: a causal layer needs max_right = 0, the state dict has {maxima[1]}')
+            return
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for name, value in zip(self._MAXIMA, maxima):
+            setattr(self, name, value)
+
+
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
-class TaLKConv1d(ScriptedInPython):
+class TaLKConv1d(_MaximaInState):
     """TaLK convolution over ``(B, C, L) -> (B, C, L)`` (paper Sec. 3; causal = decoder, ``max_right = 0``)."""
+
+    _MAXIMA = ('max_left', 'max_right')
 
     def __init__(
         self,
@@ -99,6 +144,7 @@ class TaLKConv1d(ScriptedInPython):
         self.offsets_dropout = float(offsets_dropout)
         self.backend = backend
         self.offset_proj = nn.Linear(dim, 2 * num_heads)
+        self._record_maxima()
 
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, L, 2)`` [left, right] in [0, 1] for input ``(B, C, L)``."""
@@ -142,12 +188,14 @@ class TaLKConvFlat2d(TaLKConv1d):
 
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
-class TaLKConv2d(ScriptedInPython):
+class TaLKConv2d(_MaximaInState):
     """2-D box TaLK convolution: ``(B, C, H, W) -> (B, C, H, W)``; boxes respect image rows and columns.
 
     The box of pixel (i, j) spans rows ``[i - o_t * max_top, i + o_b * max_bottom]`` and columns
     ``[j - o_l * max_left, j + o_r * max_right]`` (clamped), normalized by the maximum box area.
     """
+
+    _MAXIMA = ('max_left', 'max_right', 'max_top', 'max_bottom')
 
     def __init__(
         self,
@@ -173,6 +221,7 @@ class TaLKConv2d(ScriptedInPython):
         self.offsets_dropout = float(offsets_dropout)
         self.backend = backend
         self.offset_proj = nn.Linear(dim, 4 * num_heads)
+        self._record_maxima()
 
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, H, W, 4)`` [left, right, top, bottom] for input ``(B, C, H, W)``."""

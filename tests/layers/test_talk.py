@@ -157,3 +157,38 @@ def test_bad_input_shape():
         TaLKConv2d(8, (5, 5))(torch.randn(2, 8, 5))
     with pytest.raises(ValueError, match=r'expects 8 channels, got 6'):
         TaLKConv1d(8, seq_len=5)(torch.randn(2, 6, 5))
+
+
+@pytest.mark.parametrize(
+    'make',
+    [
+        lambda **kw: TaLKConv1d(4, kw.pop('n', 16), num_heads=2, **kw),
+        lambda **kw: TaLKConvFlat2d(4, (4, kw.pop('n', 16) // 4), num_heads=2, **kw),
+        lambda **kw: TaLKConv2d(4, (kw.pop('n', 16) // 2, 6), num_heads=2, **kw),
+    ],
+)
+def test_maxima_are_state(make):
+    """The maxima define the windows: in the state dict, taken from it on load (the layer built for another size
+    then computes the checkpoint's windows), checked when malformed."""
+    src = make(n=16)
+    dst = make(n=64)
+    assert src.max_offsets.tolist() != dst.max_offsets.tolist()
+    dst.load_state_dict(src.state_dict())
+    names = type(src)._MAXIMA
+    assert [getattr(dst, n) for n in names] == [getattr(src, n) for n in names] == src.max_offsets.tolist()
+    x = torch.randn(2, 4, 8, 8) if isinstance(src, (TaLKConvFlat2d, TaLKConv2d)) else torch.randn(2, 4, 64)
+    assert torch.equal(dst(x), src(x))
+    sd = src.state_dict()
+    for bad, match in [
+        (torch.tensor([1.0] * len(names)), 'max_offsets must be'),
+        (torch.tensor([1] * (len(names) + 1)), 'max_offsets must be'),
+        (torch.tensor([-1] + [1] * (len(names) - 1)), r'max_left must be an int in \[0, 2147483647\], got -1'),
+    ]:
+        with pytest.raises(RuntimeError, match=match):
+            make(n=64).load_state_dict({**sd, 'max_offsets': bad})
+
+
+def test_causal_layer_refuses_a_right_maximum():
+    src = TaLKConv1d(4, 16, num_heads=2)
+    with pytest.raises(RuntimeError, match='causal layer needs max_right = 0'):
+        TaLKConv1d(4, 16, num_heads=2, causal=True).load_state_dict(src.state_dict())

@@ -95,3 +95,48 @@ def test_compiled_model_equals_eager_at_another_size():
     with torch.no_grad():
         y, ref = compiled(x), model(x)
     torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+
+
+def _perturbed(name: str, img_size: int) -> torch.nn.Module:
+    """A TaLK model with non-trivial offsets (every parameter moved off its initialization)."""
+    model = timm.create_model(name, img_size=img_size, num_classes=7, ls_init_value=1.0).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'talkconvnext2d_atto'])
+def test_talk_checkpoint_keeps_its_windows_at_another_img_size(tmp_path, name):
+    """Issue 23 item 1: the maxima came from the build size and were not in the state dict, so a 64-px checkpoint in
+    a model built at 96 px changed every window (stage 1 max_left 128 -> 288) and its logits by 2-16%. Now the model
+    as it was trained is the reference, bitwise, through timm's pretrained flow, load_state_dict and features_only."""
+    src = _perturbed(name, 64)
+    sd = src.state_dict()
+    save_file({k: v.contiguous() for k, v in sd.items()}, path := tmp_path / 'm64.safetensors')
+    x = torch.randn(2, 3, 96, 96)
+    with torch.no_grad():
+        ref, ref_feats = src(x), src.forward_intermediates(x, intermediates_only=True)
+    overlay = dict(file=str(path), num_classes=7)
+    model = timm.create_model(name, img_size=96, num_classes=7, pretrained=True, pretrained_cfg_overlay=overlay)
+    other = timm.create_model(name, img_size=96, num_classes=7)
+    other.load_state_dict(sd)
+    feats = timm.create_model(name, img_size=96, features_only=True, pretrained=True, pretrained_cfg_overlay=overlay)
+    with torch.no_grad():
+        assert torch.equal(model.eval()(x), ref)
+        assert torch.equal(other.eval()(x), ref)
+        for f, r in zip(feats.eval()(x), ref_feats):
+            assert torch.equal(f, r)
+    assert [m.max_offsets.tolist() for m in model.mixers()] == [m.max_offsets.tolist() for m in src.mixers()]
+
+
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'talkconvnext2d_atto'])
+def test_talk_checkpoints_without_maxima_still_load(name):
+    """Written before the maxima were recorded: the layer's own maxima, as before."""
+    src = _perturbed(name, 64)
+    old = {k: v for k, v in src.state_dict().items() if not k.endswith('max_offsets')}
+    model = timm.create_model(name, img_size=64, num_classes=7, ls_init_value=1.0).eval()
+    model.load_state_dict(old)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(model(x), src(x))
