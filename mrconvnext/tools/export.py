@@ -21,7 +21,8 @@ Steps:
    difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
    Every family exports with the dynamo exporter (the default when ``onnxscript`` is installed): the
    package's operators are decomposed into standard ops first (TaLK as prefix sums + gathers). The
-   TorchScript exporter handles LightConv and MRConv models only.
+   TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) refuses models with the
+   package's mixers, with that reason.
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ def export_onnx(
     The dynamo exporter takes ``torch.export``'s program with the package's operators decomposed into ATen ops
     (:func:`mrconvnext.ops.decompositions`: TaLK as prefix sums + gathers, DynamicConv as shifted multiply-adds).
     MRConv mixers are switched to the ``direct`` backend (on a copy): a grouped ``Conv`` with the kernel cropped to
-    the feature map, cheaper than the generic decomposition of the FFT operator. The TorchScript exporter knows
-    no custom operators: it exports LightConv and MRConv models only.
+    the feature map, cheaper than the generic decomposition of the FFT operator. The program is traced with at
+    least two images (an example batch of 1 would fix the batch axis). The TorchScript exporter refuses models
+    with the package's mixers: it traces sizes as tensors, which their size logic (kernel crops, size rules,
+    operator choice) does not take.
     """
     from mrconvnext.ops.decompositions import decompositions
 
@@ -99,16 +102,21 @@ def export_onnx(
         warnings.simplefilter('ignore')  # exporter chatter about the (constant) input-size checks
         if exporter == 'dynamo':
             batch = torch.export.Dim('batch', min=1, max=4096)
+            if example.shape[0] < 2:  # traced at batch 1, torch.export specializes the axis ('Constraints violated')
+                example = example.expand(2, *example.shape[1:])
             program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
             program = program.run_decompositions(decompositions())
             torch.onnx.export(program, (example,), str(path), dynamo=True, external_data=False, verbose=False, **kwargs)
         else:
-            from mrconvnext.layers import DynamicConv1d, TaLKConv1d, TaLKConv2d
+            from mrconvnext.layers import DynamicConv1d, LightConv1d, MRConv1d, TaLKConv1d, TaLKConv2d
 
-            if any(isinstance(m, (DynamicConv1d, TaLKConv1d, TaLKConv2d)) for m in model.modules()):
+            families = (DynamicConv1d, LightConv1d, MRConv1d, TaLKConv1d, TaLKConv2d)
+            mixers = sorted({type(m).__name__ for m in model.modules() if isinstance(m, families)})
+            if mixers:
                 raise ValueError(
-                    'the TorchScript ONNX exporter cannot export TaLK or DynamicConv mixers (custom operators): '
-                    "use exporter='dynamo' (needs onnxscript)"
+                    f'the TorchScript ONNX exporter cannot export {", ".join(mixers)} mixers: it traces sizes as '
+                    'tensors, which their size logic and custom operators do not take. Use the dynamo exporter '
+                    "(--onnx-exporter dynamo / exporter='dynamo'; pip install onnxscript), which exports every family"
                 )
             kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
             torch.onnx.export(model, (example,), str(path), **kwargs)

@@ -5,6 +5,7 @@ import json
 import pytest
 import timm
 import torch
+from safetensors.torch import save_file
 
 import mrconvnext  # noqa: F401
 from mrconvnext.tools import export, validate
@@ -72,9 +73,33 @@ def test_onnx_matches_pytorch(exported):
     assert np.abs(y - ref).max() <= 1e-4
 
 
-def test_torchscript_onnx_exporter_refuses_custom_operator_mixers(tmp_path):
-    """TaLK and branched Fourier MRConv export through the dynamo exporter (tests/compile/test_families.py); the
-    TorchScript exporter knows no custom operators and says so."""
-    model = timm.create_model('talkconvnext_atto', num_classes=10, img_size=64, depths=(1, 1, 1, 1)).eval()
-    with pytest.raises(ValueError, match='TorchScript ONNX exporter cannot export TaLK'):
-        export.export_onnx(model, tmp_path / 'ts.onnx', torch.randn(2, 3, 64, 64), exporter='torchscript')
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'lightconvnext_atto', 'mrconvnext_atto', 'dynconvnext_atto'])
+@pytest.mark.parametrize('size', [64, 96])
+def test_torchscript_onnx_exporter_refuses_mixers_and_points_to_dynamo(tmp_path, name, size):
+    """Issue 23 item 8: LightConv failed with SymbolicValueError at the nominal size and MRConv with a TypeError at
+    another; every family exports through the dynamo exporter (tests/compile/test_families.py), and the TorchScript
+    exporter says so instead of failing inside the tracer."""
+    model = timm.create_model(name, num_classes=10, img_size=64, depths=(1, 1, 1, 1)).eval()
+    with pytest.raises(ValueError, match=r'TorchScript ONNX exporter cannot export .*Use the dynamo exporter'):
+        export.export_onnx(model, tmp_path / 'ts.onnx', torch.randn(2, 3, size, size), exporter='torchscript')
+
+
+@pytest.mark.parametrize('name', ['mrconvnext_atto', 'talkconvnext_atto'])
+def test_export_with_check_batch_1(tmp_path, name):
+    """Issue 23 item 7: --check-batch 1 --onnx failed with "Constraints violated (batch)!" for every family; the
+    ONNX model now matches PyTorch on other batch sizes (the tool checks batch 2, here also 5)."""
+    pytest.importorskip('onnxruntime')
+    import onnxruntime as ort
+
+    model = timm.create_model(name, num_classes=5, img_size=32, depths=(1, 1, 1, 1))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, ckpt := tmp_path / 'm.safetensors')
+    argv = ['--model', name, '--checkpoint', str(ckpt), '--num-classes', '5', '--output', str(tmp_path / 'out')]
+    argv += ['--model-kwargs', 'img_size=32', 'depths=(1,1,1,1)', '--check-batch', '1', '--onnx']
+    result = export.run(argv)
+    assert result['onnx_max_abs_diff'] <= 1e-4
+    sess = ort.InferenceSession(result['onnx'], providers=['CPUExecutionProvider'])
+    reloaded = timm.create_model(f'local-dir:{tmp_path / "out"}', pretrained=True).eval()
+    x = torch.randn(5, 3, 32, 32)
+    with torch.no_grad():
+        ref = reloaded(x).numpy()
+    assert abs(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0] - ref).max() <= 1e-4
