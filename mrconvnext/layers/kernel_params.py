@@ -178,8 +178,12 @@ class SparseKernel(BranchKernel):
         if num_taps < 1:
             raise ValueError(f'num_taps must be >= 1, got {num_taps}')
         taps = min(num_taps, self.size)
-        positions = torch.rand(dim, self.size, generator=generator, device='cpu').argsort(dim=1)[:, :taps]
-        self.register_buffer('positions', positions.sort(dim=1).values)
+        if torch.empty(0).device.type == 'meta':  # a shapes-only build (torch.device('meta')): nothing to draw
+            positions = torch.empty(dim, taps, dtype=torch.int64)
+        else:
+            positions = torch.rand(dim, self.size, generator=generator, device='cpu').argsort(dim=1)[:, :taps]
+            positions = positions.sort(dim=1).values
+        self.register_buffer('positions', positions)
         self.weight = nn.Parameter(torch.randn(dim, taps) / math.sqrt(taps))
 
     @torch.jit.ignore

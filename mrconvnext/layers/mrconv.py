@@ -62,7 +62,7 @@ from .kernel_params import (
     SparseKernel,
 )
 
-__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'LAG_REMAP_RULES', 'num_branches']
+__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'LAG_REMAP_RULES', 'num_branches', 'read_grid']
 
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
@@ -89,6 +89,24 @@ def resolve_lag_remap(rule: str | bool) -> str:
     if rule not in LAG_REMAP_RULES:
         raise ValueError(f'lag_remap must be one of {LAG_REMAP_RULES} (or a bool), got {rule!r}')
     return rule
+
+
+def read_grid(value: object, owner: str) -> tuple[int, int]:
+    """A recorded ``nominal_size`` as ``(H, W)``; a ``ValueError`` naming ``owner`` unless it holds two positive
+    integers (checked before anything is built for it)."""
+    ok = isinstance(value, torch.Tensor) and value.shape == (2,) and not value.is_floating_point()
+    if ok and not value.is_complex():
+        H, W = (int(v) for v in value.tolist())
+        if H >= 1 and W >= 1:
+            return H, W
+    got = value.tolist() if isinstance(value, torch.Tensor) and value.numel() <= 8 else value
+    raise ValueError(f'{owner}: nominal_size must be a grid of two positive ints (H, W), got {got!r:.80}')
+
+
+def _fold_loaded_branches(module: nn.Module, incompatible_keys) -> None:
+    """Load post hook of :class:`MRConv1d`: a deployed layer that received a branched state dict folds it."""
+    if module.__dict__.pop('_fold_after_load', False):
+        module.reparameterize()
 
 
 def _align(kernel: torch.Tensor, zero_lag: int, reach: int, causal: bool) -> torch.Tensor:
@@ -157,24 +175,37 @@ class MRConv1d(ScriptedInPython):
         self.reach = min(kernel_size * 2 ** (self.num_branches - 1), seq_len)
         self.zero_lag = 0 if causal else self.reach - 1
         self.deployed = False
-
+        taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
+        self._branch_options = dict(taps=taps, modes=num_modes, bn_eps=bn_eps, bn_momentum=bn_momentum)
+        self.register_load_state_dict_post_hook(_fold_loaded_branches)
         if deploy:
             self._make_deployed()
-            return
+        else:
+            self._make_branched(seed)
+
+    def _make_branched(self, seed: int | None) -> None:
+        """Build the training branches and their combination parameters (replacing a deployed kernel and bias, on
+        their device and dtype). ``seed`` draws the sparse tap positions (``None``: from torch's global RNG)."""
+        ref = next(self.parameters(), None)
+        dd = {'device': ref.device, 'dtype': ref.dtype} if ref is not None else {}
+        for name in ('kernel', 'bias'):
+            if hasattr(self, name):
+                delattr(self, name)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,), device='cpu').item())
         generator = torch.Generator(device='cpu').manual_seed(seed)
-        taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
+        opt = self._branch_options
         self.branches = nn.ModuleList(
-            [self._make_branch(i, taps, num_modes, generator) for i in range(self.num_branches)]
-        )
-        N = self.num_branches
-        if combine == 'bn':
-            self.bn = nn.BatchNorm1d(N * dim, eps=bn_eps, momentum=bn_momentum)
-            self.alpha = nn.Parameter(torch.full((N, dim), 1.0 / N))
+            [self._make_branch(i, opt['taps'], opt['modes'], generator) for i in range(self.num_branches)]
+        ).to(**dd)
+        N, dim = self.num_branches, self.dim
+        if self.combine == 'bn':
+            self.bn = nn.BatchNorm1d(N * dim, eps=opt['bn_eps'], momentum=opt['bn_momentum'], **dd)
+            self.alpha = nn.Parameter(torch.full((N, dim), 1.0 / N, **dd))
         else:
-            self.beta = nn.Parameter(torch.full((N, dim), 1.0 / N))
-            self.bias = nn.Parameter(torch.zeros(dim))
+            self.beta = nn.Parameter(torch.full((N, dim), 1.0 / N, **dd))
+            self.bias = nn.Parameter(torch.zeros(dim, **dd))
+        self.deployed = False
 
     def _make_branch(self, i: int, taps: int, modes: int, generator: torch.Generator) -> BranchKernel:
         reach = min(self.kernel_size * 2**i, self.seq_len)
@@ -391,13 +422,17 @@ class MRConv1d(ScriptedInPython):
         grid_key = prefix + 'nominal_size'
         if not hasattr(self, 'nominal_size') and grid_key in state_dict:
             # a 2-D layer's state dict: it fits a 1-D layer of the same length, its grid has no meaning here
-            H, W = state_dict.pop(grid_key).tolist()
+            H, W = read_grid(state_dict.pop(grid_key), f'{type(self).__name__} {prefix!r}')
             if H * W != self.seq_len:
                 error_msgs.append(f"{prefix!r}: a {H}x{W} grid's kernels do not fit seq_len={self.seq_len}")
                 return
-        # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first.
+        # A deployed checkpoint loads into a branched layer by switching the layer to its deployed form first; a
+        # branched one into a deployed layer by building the branches, loading them, then folding them (post hook).
         if not self.deployed and prefix + 'kernel' in state_dict:
             self._make_deployed()
+        elif self.deployed and any(k.startswith(prefix + 'branches.') for k in state_dict):
+            self._make_branched(0)  # any seed: the sparse tap positions are in the state dict
+            self._fold_after_load = True
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
@@ -479,7 +514,11 @@ class MRConv2d(MRConv1d):
         key = prefix + 'nominal_size'
         if key not in state_dict:  # written before the grid was recorded: the layer's own grid
             state_dict[key] = self.nominal_size.new_tensor(self.input_size, device='cpu')
-        grid = tuple(int(s) for s in state_dict[key].tolist())
+        try:
+            grid = read_grid(state_dict[key], f'{type(self).__name__} {prefix!r}')
+        except ValueError as e:
+            error_msgs.append(str(e))
+            return
         if grid != self.input_size:
             error_msgs.append(
                 f'{type(self).__name__} {prefix!r} was built for a {self.input_size} grid but the state dict holds '

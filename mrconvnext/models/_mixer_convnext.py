@@ -31,6 +31,7 @@ from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
 from timm.models.convnext import ConvNeXt
 
+from ..layers.mrconv import read_grid
 from ._checkpoint import read_state_dict
 
 __all__ = [
@@ -117,19 +118,43 @@ class MixerConvNeXt(ConvNeXt):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _adopt_checkpoint_grids(self, state_dict: Mapping[str, torch.Tensor], prefix: str) -> None:
-        """Rebuild every mixer whose ``nominal_size`` in ``state_dict`` differs from its own at that grid."""
+        """Rebuild every mixer whose ``nominal_size`` in ``state_dict`` differs from its own at that grid.
+
+        The grid is checked first (two positive ints) and then against the checkpoint's own tensors, by a mixer made
+        for it on the meta device: a grid its tensors do not fit is a ``ValueError`` before anything is allocated."""
         for i, stage in enumerate(self.stages):
             for j, block in enumerate(stage.blocks):
                 mixer = block.conv_dw
-                grid = state_dict.get(f'{prefix}stages.{i}.blocks.{j}.conv_dw.nominal_size')
+                mixer_prefix = f'{prefix}stages.{i}.blocks.{j}.conv_dw.'
+                grid = state_dict.get(mixer_prefix + 'nominal_size')
                 if grid is None or not hasattr(mixer, 'nominal_size'):
                     continue
-                grid = tuple(int(s) for s in grid.tolist())
+                grid = read_grid(grid, f'{self.class_name}: checkpoint entry {mixer_prefix}nominal_size')
                 if grid == tuple(mixer.input_size):
                     continue
+                self._check_checkpoint_grid(state_dict, mixer_prefix, i, mixer.dim, grid)
                 ref = next(mixer.parameters())
                 new = self.make_mixer(i, mixer.dim, grid).to(device=ref.device, dtype=ref.dtype)
                 block.conv_dw = new.train(mixer.training)
+
+    def _check_checkpoint_grid(
+        self, state_dict: Mapping[str, torch.Tensor], mixer_prefix: str, stage: int, dim: int, grid: tuple[int, int]
+    ) -> None:
+        """``ValueError`` unless the checkpoint's tensors under ``mixer_prefix`` have the shapes of a mixer made for
+        ``grid`` (in the checkpoint's form, deployed or branched); built on the meta device, so nothing is allocated."""
+        with torch.device('meta'):
+            probe = self.make_mixer(stage, dim, grid)
+            if mixer_prefix + 'kernel' in state_dict and hasattr(probe, 'reparameterize'):
+                probe.reparameterize()
+        shapes = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
+        for key, value in state_dict.items():
+            name = key[len(mixer_prefix) :]
+            if key.startswith(mixer_prefix) and name in shapes and tuple(value.shape) != shapes[name]:
+                raise ValueError(
+                    f'{self.class_name}: the checkpoint records a {grid[0]}x{grid[1]} grid for {mixer_prefix[:-1]}, '
+                    f'but its tensors do not fit one: {key} is {tuple(value.shape)}, a mixer for that grid has '
+                    f'{shapes[name]} (a damaged or edited checkpoint?)'
+                )
 
     # --- the timm model-args record reflects the deployed state, whoever reparameterized the mixers
     @property

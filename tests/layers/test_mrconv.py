@@ -246,10 +246,21 @@ def test_deployed_state_dict_round_trip(combine):
             assert (m(x) - y).abs().max() <= 1e-5 * y.abs().max()
 
 
-def test_deployed_rejects_branched_state_dict():
-    layer = _make('fourier', 'bn', seq_len=40)
-    with pytest.raises(RuntimeError, match='Unexpected key'):
-        _make('fourier', 'bn', seq_len=40, deploy=True).load_state_dict(layer.state_dict())
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('kernel_type', ['sparse', 'fourier_sparse', 'dilated'])
+def test_branched_state_dict_loads_into_a_deployed_layer(combine, kernel_type):
+    """Issue 23 item 9: a branched checkpoint in a deploy=True layer gave a raw missing/unexpected-keys error. It is
+    now built, loaded (sparse positions included) and folded: equal to the branched layer in eval mode, float64."""
+    torch.manual_seed(0)
+    layer = _make(kernel_type, combine, seq_len=40).double()
+    _train_a_little(layer, (3, 4, 40))
+    layer.eval()
+    deployed = _make(kernel_type, combine, seq_len=40, deploy=True, seed=123).double()
+    deployed.load_state_dict(layer.state_dict())
+    assert deployed.deployed and not hasattr(deployed, 'branches')
+    x = torch.randn(2, 4, 40, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(deployed(x), layer(x), rtol=1e-10, atol=1e-10)
 
 
 def test_parameter_groups():

@@ -235,6 +235,18 @@ def test_grid_is_recorded_and_checked_on_load():
         MRConv1d(4, 45, kernel_size=6, kernel_type='fourier_sparse', num_modes=5, num_taps=4).load_state_dict(sd)
 
 
+@pytest.mark.parametrize(
+    'grid', [torch.tensor([5]), torch.tensor([5, 8, 1]), torch.tensor([0, 8]), torch.tensor([5.0, 8.0])]
+)
+def test_malformed_grid_record_is_a_clear_load_error(grid):
+    """Issue 23 item 9: a one-element nominal_size gave an IndexError."""
+    sd = {**_layer().state_dict(), 'nominal_size': grid}
+    with pytest.raises(RuntimeError, match=r'nominal_size must be a grid of two positive ints \(H, W\)'):
+        _layer().load_state_dict(sd)
+    with pytest.raises(ValueError, match=r'nominal_size must be a grid of two positive ints \(H, W\)'):
+        MRConv1d(4, 40, kernel_size=6, kernel_type='fourier_sparse', num_modes=5, num_taps=4).load_state_dict(sd)
+
+
 def test_bad_input_size():
     with pytest.raises(ValueError, match='two positive ints'):
         MRConv2d(4, (5,))

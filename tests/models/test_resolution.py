@@ -140,3 +140,28 @@ def test_talk_checkpoints_without_maxima_still_load(name):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         assert torch.equal(model(x), src(x))
+
+
+@pytest.mark.parametrize('deployed', [False, True])
+def test_grid_records_are_checked_before_anything_is_built(monkeypatch, deployed):
+    """Issue 23 item 9: a one-element nominal_size gave an IndexError, and a crafted [3000, 3000] made loading build
+    (1.4 GB) a mixer for it before failing. Both are ValueErrors now; the crafted grid is checked against the
+    checkpoint's tensors by a mixer made on the meta device only."""
+    from mrconvnext.models.mrconvnext import MRConvNeXt
+
+    src = timm.create_model('mrconvnext_atto', img_size=32, num_classes=5)
+    if deployed:
+        src.reparameterize()
+    sd = src.state_dict()
+    key = 'stages.0.blocks.0.conv_dw.nominal_size'
+    model = timm.create_model('mrconvnext_atto', img_size=48, num_classes=5)
+    with pytest.raises(ValueError, match=r'nominal_size must be a grid of two positive ints \(H, W\), got \[8\]'):
+        model.load_state_dict({**sd, key: torch.tensor([8])})
+    built = []
+    make = MRConvNeXt.make_mixer
+    monkeypatch.setattr(
+        MRConvNeXt, 'make_mixer', lambda self, *a: built.append((a[-1], torch.empty(0).device.type)) or make(self, *a)
+    )
+    with pytest.raises(ValueError, match=r'records a 3000x3000 grid .* its tensors do not fit one'):
+        model.load_state_dict({**sd, key: torch.tensor([3000, 3000])})
+    assert built == [((3000, 3000), 'meta')]
