@@ -2,7 +2,7 @@
 
 from .kernel_params import DenseKernel, DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
 from .light_conv import DynamicConv1d, DynamicConv2d, LightConv1d, LightConv2d
-from .mrconv import COMBINE_MODES, KERNEL_TYPES, MRConv1d, MRConv2d, num_branches
+from .mrconv import COMBINE_MODES, KERNEL_TYPES, LAG_REMAP_RULES, MRConv1d, MRConv2d, num_branches
 from .talk import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     'MRConv2d',
     'KERNEL_TYPES',
     'COMBINE_MODES',
+    'LAG_REMAP_RULES',
     'num_branches',
     'DenseKernel',
     'DilatedKernel',

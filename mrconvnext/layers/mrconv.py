@@ -67,7 +67,7 @@ __all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'LAG_REMAP_R
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
 _SIZES = ('dim', 'seq_len', 'max_branches')
-LAG_REMAP_RULES = ('conv2d', 'split', 'none')
+LAG_REMAP_RULES = ('split', 'conv2d', 'none')
 _CACHE_SIZE = 8  # input geometries a deployed layer keeps derived kernels for: a detection backbone alternates a few
 
 # ``geometry`` of an input (the forward's argument): ``None`` for the nominal layout (the kernel as it is), else
@@ -175,6 +175,7 @@ class MRConv1d(ScriptedInPython):
         self.reach = min(kernel_size * 2 ** (self.num_branches - 1), seq_len)
         self.zero_lag = 0 if causal else self.reach - 1
         self.deployed = False
+        self.keep_derived = True  # a deployed layer keeps derived kernels between calls (see _deployed_kernel)
         taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
         self._branch_options = dict(taps=taps, modes=num_modes, bn_eps=bn_eps, bn_momentum=bn_momentum)
         self.register_load_state_dict_post_hook(_fold_loaded_branches)
@@ -455,27 +456,31 @@ class MRConv2d(MRConv1d):
     Other input sizes: a flattened lag means a 2-D offset that depends on the width. ``lag_remap`` chooses what the
     layer computes on an ``H' x W'`` map (the rules are in :mod:`mrconvnext.ops.lag_remap`):
 
-    - ``'conv2d'`` (default): exactly the 2-D convolution that the layer is at its nominal size, with the
+    - ``'split'`` (default): each lag's two 2-D readings written back at the new width, weighted by the fraction of
+      the nominal columns each applied to (:func:`~mrconvnext.ops.lag_remap.remap_lags`). Used whenever ``W' != W``;
+      costs nothing measurable. Close to the 2-D convolution below, not equal to it: an off-centre tap's weight is
+      split between its row and its wrapped reading.
+    - ``'conv2d'``: exactly the 2-D convolution that the layer is at its nominal size, with the
       ``(2H - 1) x (2W - 1)`` kernel ``K2[dy, dx] = k[zero_lag + dy * W + dx]``, zero-padded, on the new map
-      (:func:`~mrconvnext.ops.lag_remap.conv2d_lags` on a map with ``min(W, W') - 1`` zero columns appended).
-      Used whenever ``W' != W`` or ``H' > H``; otherwise the kernel is applied as it is, which is that same
-      convolution. Costs a longer sequence, ``H' * (W' + min(W, W') - 1)``.
-    - ``'split'``: each lag's two 2-D readings written back at the new width, weighted by the fraction of the
-      nominal columns each applied to (:func:`~mrconvnext.ops.lag_remap.remap_lags`): close to that convolution,
-      not equal to it (an off-centre tap loses the fraction ``r / W`` of its weight to its wrapped reading). Used
-      whenever ``W' != W``.
-    - ``'none'``: the nominal kernel's 1-D lags at every size (what versions before 0.2 did).
+      (:func:`~mrconvnext.ops.lag_remap.conv2d_lags` on a map with ``min(W, W') - 1`` zero columns appended). Used
+      whenever ``W' != W`` or ``H' > H``. Every tap keeps both readings at full weight, so a reading that at the
+      nominal size only wrapped around the first or last column reaches interior pixels of a wider map. Convolves a
+      longer sequence, ``H' * (W' + min(W, W') - 1)``.
+    - ``'none'``: the nominal kernel's 1-D lags at every size.
 
-    ``True`` / ``False`` are accepted for ``'split'`` / ``'none'`` (their meaning in 0.1). Each rule is linear in the
-    kernel and differentiable: the layer trains at the new size with the same parameters. ``docs/resolution.md``
-    measures the three.
+    ``docs/resolution.md`` measures the three: on the digits ``'split'`` and ``'conv2d'`` are tied and both well
+    ahead of ``'none'``; ``'split'`` is the default for its cost. ``True`` / ``False`` mean ``'split'`` / ``'none'``
+    (their meaning in 0.1). Each rule is linear in the kernel and differentiable: the layer trains at the new size
+    with the same parameters. Where a rule leaves the kernel as it is, the output is bitwise the nominal lags'; a
+    graph compiled for dynamic sizes applies the rule at every size (the same result to float rounding), so it
+    serves all sizes without recompiling.
 
     Loading: a state dict whose ``nominal_size`` differs from the layer's is an error (its kernels mean other
     offsets); a state dict without one (written by earlier versions) is taken to be of the layer's grid. The zoo's models
     rebuild such mixers at the checkpoint's grid instead (:class:`~mrconvnext.models.MixerConvNeXt`).
     """
 
-    def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: str | bool = 'conv2d', **kwargs) -> None:
+    def __init__(self, dim: int, input_size: tuple[int, int], lag_remap: str | bool = 'split', **kwargs) -> None:
         H, W = check_size2(type(self).__name__, 'input_size', input_size)
         super().__init__(dim, H * W, **kwargs)
         self.input_size = (H, W)

@@ -9,9 +9,9 @@ Mode and tap counts (chosen to land on the paper's Table 12 parameter counts, ch
 37 Fourier modes per branch (MRConvNeXt-T/S/B Fourier: 29.9M / 53.2M / 92.6M vs 30M / 53M / 93M)
 and 80 sparse taps per branch (Fourier+Sparse: 31.6M / 56.9M / 97.5M vs 32M / 57M / 98M).
 
-Other input sizes: at another feature-map width each mixer rewrites its kernel so every lag keeps its 2-D
-offset (``lag_remap=True``, :class:`~mrconvnext.layers.MRConv2d`), and a checkpoint trained at one ``img_size``
-loads into a model built at another (the mixers take the checkpoint's grid). ``docs/resolution.md`` measures it.
+Other input sizes: at another feature-map width each mixer adapts its kernel by its ``lag_remap`` rule
+(:class:`~mrconvnext.layers.MRConv2d`), and a checkpoint trained at one ``img_size`` loads into a model built at
+another (the mixers take the checkpoint's grid). ``docs/resolution.md`` measures the rules.
 
 No ImageNet weights for MRConvNeXt exist; ``pretrained=True`` needs a weight source you provide
 (``pretrained_cfg_overlay=dict(file=...)``, ``local-dir:`` or ``hf-hub:``). To start from timm's
@@ -48,8 +48,8 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: Fourier modes per branch.
         num_taps: sparse taps per branch (taps per side for ``dilated``; default its kernel size).
         causal: causal mixers (default bidirectional).
-        lag_remap: at image widths other than the nominal one, rewrite each kernel so its lags keep their 2-D
-            offsets (:class:`~mrconvnext.layers.MRConv2d`); ``False`` applies the nominal 1-D lags unchanged.
+        lag_remap: the mixers' rule at other input sizes (:class:`~mrconvnext.layers.MRConv2d`): ``'split'``
+            (default), ``'conv2d'`` (the exact 2-D convolution of the nominal layer) or ``'none'``.
         backend: convolution backend of the mixers.
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments (``img_size``, ``deploy``,
             ``depths``, ``dims``, ``num_classes``, ``in_chans``, ``drop_path_rate``, ...).
@@ -64,7 +64,7 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: int = 37,
         num_taps: int | None = 80,
         causal: bool = False,
-        lag_remap: str | bool = 'conv2d',
+        lag_remap: str | bool = 'split',
         backend: str = 'auto',
         **kwargs,
     ) -> None:

@@ -13,8 +13,7 @@ def check_int(owner: str, name: str, value: object, minimum: int = 1, maximum: i
     """``value`` as an int if it is an integer (not a bool) in ``[minimum, maximum]``; else a ``TypeError`` /
     ``ValueError`` that names ``owner``, the argument, what was expected and what arrived."""
     want = f'an int >= {minimum}' if maximum is None else f'an int in [{minimum}, {maximum}]'
-    if isinstance(value, torch.SymInt):  # a size traced by torch.compile: checked at run time, never specialized
-        torch._check(value >= minimum, lambda: f'{owner}: {name} must be {want}')
+    if torch.compiler.is_compiling():  # sizes traced by torch.compile must not be specialized by operator.index
         return value
     if isinstance(value, bool):
         raise TypeError(f'{owner}: {name} must be {want}, got bool')

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._args import check_int
 
@@ -47,13 +48,14 @@ def _largest_new_lag(hi: int, width: int, new_width: int) -> int:
     """The largest new lag of any reading of lags ``0 .. hi`` (see the module docstring for the readings).
 
     Row ``q = hi // width`` gives it: its row readings reach ``q * W' + min(r, W' - 1)`` and its wrapped readings
-    ``(q + 1) * W' + r - W`` when one fits (``r > max(0, W - W')``); every reading of lower rows stays below
-    ``q * W'``."""
+    ``(q + 1) * W' + r - W`` when one fits (``r > 0`` and ``W' > W - r``; for ``r > 0`` and ``W' <= W - r`` that
+    value is at most ``q * W'``, so the larger of the two is right either way); every reading of lower rows stays
+    below ``q * W'``. Written with ``torch.sym_max`` / ``sym_min`` (``r`` is static), so a width traced by
+    ``torch.compile`` adds no guard."""
     q, r = divmod(hi, width)
-    best = q * new_width + min(r, new_width - 1)
-    if r > max(0, width - new_width):
-        best = max(best, (q + 1) * new_width + r - width)
-    return best
+    if r == 0:
+        return q * new_width
+    return torch.sym_max(q * new_width + torch.sym_min(r, new_width - 1), (q + 1) * new_width + r - width)
 
 
 def remapped_layout(
@@ -61,11 +63,11 @@ def remapped_layout(
 ) -> tuple[int, int]:
     """``(size, zero_lag)`` of the kernel :func:`remap_lags` returns for a ``size``-tap kernel."""
     causal = _layout(size, zero_lag)
-    if new_width == width:
+    if statically_known_true(new_width == width):
         return size, zero_lag
     reach = _largest_new_lag(size - 1 - zero_lag, width, new_width) + 1
     if new_length is not None:
-        reach = min(reach, new_length)
+        reach = torch.sym_min(reach, new_length)
     return (reach, 0) if causal else (2 * reach - 1, reach - 1)
 
 
@@ -137,7 +139,7 @@ def remap_lags(
         new_length = check_int('remap_lags', 'new_length', new_length)
     size = kernel.shape[-1]
     new_size, new_zero_lag = remapped_layout(size, zero_lag, width, new_width, new_length)
-    if new_width == width:
+    if statically_known_true(new_width == width):  # a graph traced for dynamic widths applies the rule (to rounding)
         return kernel, zero_lag
     # traced (and constant-folded) under torch.compile; cached per size in eager mode
     tables = _tables if torch.compiler.is_compiling() else _cached_tables

@@ -98,12 +98,14 @@ def _compiles_over_sizes(model: torch.nn.Module) -> tuple[int, list[float]]:
     return count[0], diffs
 
 
-def test_eval_graphs_take_new_sizes_without_recompiling_as_convnext():
+@pytest.mark.parametrize('rule', ['split', 'conv2d'])
+def test_eval_graphs_take_new_sizes_without_recompiling_as_convnext(rule):
     """Issue 23 item 6: a deployed mrconvnext_atto compiled once per width (the 9th width raised
     FailOnRecompileLimitHit). Now it recompiles exactly as often as timm's convnext_atto on the same 10 sizes (the
     static first size, one dynamic graph, and whatever timm's own layers add: today a 1x1 last stage at 56 px), and
     every size equals eager (float32, relative to the output scale)."""
-    ours = timm.create_model('mrconvnext_atto', img_size=64, num_classes=10, depths=(1, 1, 1, 1)).eval()
+    kw = dict(img_size=64, num_classes=10, depths=(1, 1, 1, 1), lag_remap=rule)
+    ours = timm.create_model('mrconvnext_atto', **kw).eval()
     ours.reparameterize()
     n_ours, diffs = _compiles_over_sizes(ours)
     torch._dynamo.reset()

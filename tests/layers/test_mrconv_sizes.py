@@ -63,7 +63,7 @@ def test_branched_layer_at_another_size_matches_its_rule_reference(kernel_type, 
 def test_conv2d_rule_is_the_2d_convolution_of_the_nominal_layer(causal, size):
     """Deployed, float64: the layer on any map is F.conv2d with the 2-D kernel of its flattened kernel at the
     nominal size (identity 1), whose own nominal-size output it reproduces."""
-    layer = _trained(_layer(causal=causal))
+    layer = _trained(_layer(causal=causal, lag_remap='conv2d'))
     layer.reparameterize()
     K2 = kernel_2d(layer.kernel.detach(), layer.zero_lag, NOMINAL)
     bias = layer.bias.detach()[None, :, None, None]
@@ -109,8 +109,8 @@ def test_identity_at_the_nominal_width(rule, size, deploy):
 @pytest.mark.parametrize('value, rule', [(True, 'split'), (False, 'none'), ('conv2d', 'conv2d')])
 def test_lag_remap_values(value, rule):
     assert _layer(lag_remap=value).lag_remap == rule
-    assert _layer().lag_remap == 'conv2d'
-    with pytest.raises(ValueError, match=r"lag_remap must be one of \('conv2d', 'split', 'none'\)"):
+    assert _layer().lag_remap == 'split'
+    with pytest.raises(ValueError, match=r"lag_remap must be one of \('split', 'conv2d', 'none'\)"):
         _layer(lag_remap='bilinear')
 
 
@@ -169,11 +169,13 @@ def test_deployed_layer_keeps_derived_kernels_per_size_until_the_kernel_changes(
 
 
 @pytest.mark.parametrize('size', [NOMINAL, (6, 11)])
+@pytest.mark.parametrize('rule', ['split', 'conv2d'])
 @pytest.mark.parametrize('edit', ['data_mul', 'data_copy', 'detach_fill', 'data_assign', 'half_and_back'])
-def test_deployed_cache_never_serves_a_stale_kernel(size, edit):
+def test_deployed_cache_never_serves_a_stale_kernel(size, rule, edit):
     """Issue 23 item 2: edits through ``.data`` (and ``.detach()``) bypass the version counter; the next forward
-    must still use the new kernel. Reference: a fresh layer loaded with the edited weights, and F.conv2d."""
-    layer = _trained(_layer())
+    must still use the new kernel. Reference: the rule's reference on the edited kernel, and a fresh layer loaded
+    with the edited weights."""
+    layer = _trained(_layer(lag_remap=rule))
     layer.reparameterize()
     x = torch.randn(2, 4, *size, dtype=torch.float64)
     with torch.no_grad():
@@ -191,9 +193,9 @@ def test_deployed_cache_never_serves_a_stale_kernel(size, edit):
             layer.half()
             layer.double()
             k.data[:, :5] += 1
-        fresh = _layer(deploy=True).double().eval()
+        fresh = _layer(deploy=True, lag_remap=rule).double().eval()
         fresh.load_state_dict(layer.state_dict())
-        ref = conv2d_same(x, kernel_2d(layer.kernel, layer.zero_lag, NOMINAL)) + layer.bias[None, :, None, None]
+        ref = _rule_conv(rule, size)(x, layer.kernel, layer.zero_lag).view_as(x) + layer.bias[None, :, None, None]
         torch.testing.assert_close(layer(x), ref, rtol=1e-10, atol=1e-10)
         assert torch.equal(layer(x), fresh(x))
 
