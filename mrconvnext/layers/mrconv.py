@@ -32,9 +32,11 @@ Sequences of other lengths than ``seq_len``
 Inference
     :meth:`MRConv1d.reparameterize` folds the BatchNorms (running statistics) and alpha (or beta)
     into one ``kernel (C, P)`` and ``bias (C,)`` and deletes the branches; it is idempotent.
-    ``deploy=True`` builds that form directly, and a branched layer that receives a deployed
-    state dict converts itself before loading. A deployed layer keeps its kernel's spectrum between
-    no-grad calls; any change to the kernel (loading, in-place update, ``.to()``) recomputes it.
+    ``deploy=True`` builds that form directly; a branched layer that receives a deployed state dict
+    converts itself before loading, and a deployed layer that receives a branched one builds, loads and
+    folds the branches. Nothing derived from the kernel is kept between calls: every forward uses the
+    kernel's current values (``scripts/bench_cache.py`` at commit 9d17405 measured a cache of the adapted
+    kernel and its spectrum: kept / recomputed 0.90-0.97 at batch 1 and 128, i.e. worth nothing).
 """
 
 import math
@@ -48,10 +50,9 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from ..ops._args import check_int, check_size2
 from ..ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from ..ops.lag_remap import conv2d_lags, conv2d_padding, remap_lags
-from ..ops.long_conv import kernel_spectrum, long_conv1d, resolve_backend
+from ..ops.long_conv import long_conv1d
 from ._checks import check_mixer_input
 from ._torchscript import ScriptedInPython, python_forward
-from .derived_cache import DerivedCache
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -68,7 +69,6 @@ KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
 _SIZES = ('dim', 'seq_len', 'max_branches')
 LAG_REMAP_RULES = ('split', 'conv2d', 'none')
-_CACHE_SIZE = 8  # input geometries a deployed layer keeps derived kernels for: a detection backbone alternates a few
 
 # ``geometry`` of an input (the forward's argument): ``None`` for the nominal layout (the kernel as it is), else
 # ``(rule, new_width, padded_width)`` of the lag op that adapts the kernel (:meth:`MRConv2d._adapt`).
@@ -175,7 +175,6 @@ class MRConv1d(ScriptedInPython):
         self.reach = min(kernel_size * 2 ** (self.num_branches - 1), seq_len)
         self.zero_lag = 0 if causal else self.reach - 1
         self.deployed = False
-        self.keep_derived = True  # a deployed layer keeps derived kernels between calls (see _deployed_kernel)
         taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
         self._branch_options = dict(taps=taps, modes=num_modes, bn_eps=bn_eps, bn_momentum=bn_momentum)
         self.register_load_state_dict_post_hook(_fold_loaded_branches)
@@ -242,7 +241,6 @@ class MRConv1d(ScriptedInPython):
         self.kernel = nn.Parameter(torch.zeros(self.dim, size, **dd))
         self.bias = nn.Parameter(torch.zeros(self.dim, **dd))
         self.deployed = True
-        self._derived = DerivedCache(_CACHE_SIZE)  # per input geometry: adapted kernel and spectrum (not state)
 
     # --- kernels -------------------------------------------------------------------------------
 
@@ -297,28 +295,6 @@ class MRConv1d(ScriptedInPython):
         ``geometry`` note). A 1-D layer has only the nominal geometry: its kernel as it is."""
         return kernel, self.zero_lag
 
-    def _deployed_kernel(
-        self, x: torch.Tensor, geometry: tuple | None
-    ) -> tuple[torch.Tensor, int, tuple[torch.Tensor, int] | None]:
-        """The deployed kernel for ``x`` in ``geometry``, its zero lag and, where the FFT path will use it, its
-        spectrum. Kept between calls (:class:`~mrconvnext.layers.derived_cache.DerivedCache`: served only while the
-        kernel holds the values it was derived from) in eager mode on the CPU when the kernel needs no gradient;
-        derived anew on every call elsewhere (compiled graphs, other devices, where the freshness check would
-        synchronize)."""
-        L = x.shape[-1]
-        k = self.kernel
-        if torch.compiler.is_compiling() or x.device.type != 'cpu' or (torch.is_grad_enabled() and k.requires_grad):
-            kernel, zero_lag = self._adapt(k, geometry, L)
-            return kernel, zero_lag, None
-        compute = torch.float64 if torch.float64 in (x.dtype, k.dtype) else torch.float32
-
-        def build():
-            kernel, zero_lag = self._adapt(k, geometry, L)
-            use_fft = resolve_backend(x, kernel, zero_lag, self.backend) == 'fft'
-            return kernel, zero_lag, kernel_spectrum(kernel.to(compute), zero_lag, L) if use_fft else None
-
-        return self._derived.get(k, (geometry, L, compute, self.backend), build)
-
     def _forward_1d(
         self, x: torch.Tensor, geometry: tuple | None = None, valid: tuple[int, int] | None = None
     ) -> torch.Tensor:
@@ -333,8 +309,8 @@ class MRConv1d(ScriptedInPython):
             return y.unflatten(-1, (valid[0], -1))[..., : valid[1]].flatten(-2)
 
         if self.deployed:
-            kernel, zero_lag, spectrum = self._deployed_kernel(x, geometry)
-            return crop(long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend, spectrum=spectrum))
+            kernel, zero_lag = self._adapt(self.kernel, geometry, L)
+            return crop(long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend))
         if self.combine == 'scale':
             kernel, bias = self.merged_kernel()
             kernel, zero_lag = self._adapt(kernel, geometry, L)

@@ -44,13 +44,6 @@ def _fft_conv(x, kernel, zero_lag, bias=None):
     return y if bias is None else y + bias[:, None]
 
 
-def _fft_conv_spectrum(x, k_f, n, bias=None):
-    # the spectrum back on its circle, then the lags -(L-1) .. L-1 read off it (n leaves no wrap-around)
-    L = x.shape[-1]
-    k_circ = torch.fft.irfft(k_f, n=n)
-    return _fft_conv(x, torch.cat([k_circ[..., n - L + 1 :], k_circ[..., :L]], dim=-1), L - 1, bias)
-
-
 def decompositions() -> dict:
     """``torch.export.default_decompositions()`` plus one entry per inference operator of the package."""
     ops = torch.ops.mrconvnext
@@ -62,5 +55,4 @@ def decompositions() -> dict:
         table[ops.talk2d_triton.default] = lambda x, offsets, *maxes: _talk2d(x, offsets, *maxes, 'triton')
     table[ops.dynamic_conv.default] = dynamic_conv_decomposition
     table[ops.fft_conv.default] = _fft_conv
-    table[ops.fft_conv_spectrum.default] = _fft_conv_spectrum
     return table

@@ -214,7 +214,7 @@ def _empty(t: torch.Tensor) -> torch.Tensor:
 def kernel_spectrum(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, int]:
     """``(k_f, n)``: the spectrum ``(..., n // 2 + 1)`` of ``kernel (..., K)`` cropped to what reaches ``length``
     outputs, on the circle of the FFT size ``n`` the convolution of a ``length``-long input uses. Computed in the
-    kernel's dtype. What :func:`long_conv1d` takes as ``spectrum`` (a deployed layer keeps it between calls)."""
+    kernel's dtype (what :func:`fft_conv` multiplies the input's spectrum by)."""
     kernel, zero_lag = crop_kernel(kernel, zero_lag, length)
     n = fft_length(length, kernel.shape[-1], zero_lag)
     return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n), n
@@ -238,20 +238,6 @@ def fft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.T
 @fft_conv.register_fake
 def _(x, kernel, zero_lag, bias=None):
     return _new_out(x, kernel.shape[0])
-
-
-@torch.library.custom_op('mrconvnext::fft_conv_spectrum', mutates_args=())
-def fft_conv_spectrum(x: torch.Tensor, k_f: torch.Tensor, n: int, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`fft_conv` from precomputed spectra ``k_f (N, C, n // 2 + 1)`` (:func:`kernel_spectrum` for x's
-    length); inference only: not differentiable."""
-    y = _new_out(x, k_f.shape[0])
-    _conv_chunks(x, k_f.contiguous(), n, y, bias)
-    return y
-
-
-@fft_conv_spectrum.register_fake
-def _(x, k_f, n, bias=None):
-    return _new_out(x, k_f.shape[0])
 
 
 @torch.library.custom_op('mrconvnext::fft_conv_backward', mutates_args=())
@@ -328,7 +314,6 @@ def long_conv1d(
     *,
     zero_lag: int = 0,
     backend: str = 'auto',
-    spectrum: tuple[torch.Tensor, int] | None = None,
     spectrum_cache: dict | None = None,
 ) -> torch.Tensor:
     """Depthwise linear convolution (see the module docstring for the lag convention).
@@ -339,10 +324,8 @@ def long_conv1d(
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
         backend: ``'auto'``, ``'fft'``, ``'direct'`` or ``'flashfft'``.
-        spectrum: optional ``kernel_spectrum(kernel, zero_lag, L)`` in the compute dtype (float32, or float64 for
-            float64 operands), prepared by the caller (a deployed layer keeps it between calls). Used by the FFT
-            path when no gradient is needed; the caller answers for it being the spectrum of ``kernel``.
-        spectrum_cache: deprecated and ignored (the function keeps no state; pass ``spectrum``).
+        spectrum_cache: deprecated and ignored (the function keeps no state, and nothing derived from a kernel is
+            kept between calls).
 
     Returns:
         ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
@@ -351,7 +334,7 @@ def long_conv1d(
         raise ValueError(f'backend must be one of {_BACKENDS}, got {backend!r}')
     if spectrum_cache is not None:
         warnings.warn(
-            'long_conv1d(spectrum_cache=...) is deprecated and ignored: pass spectrum=kernel_spectrum(...) instead',
+            'long_conv1d(spectrum_cache=...) is deprecated and ignored: nothing is cached between calls',
             DeprecationWarning,
             stacklevel=2,
         )
@@ -363,9 +346,6 @@ def long_conv1d(
         y = flashfft.conv1d(x, kernel, zero_lag)
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
-    needs_grad = torch.is_grad_enabled() and (
-        x.requires_grad or kernel.requires_grad or (bias is not None and bias.requires_grad)
-    )
     # Inputs are cast to the compute dtype here; the FFT operators compute in the dtype they are given, and the
     # direct path's conv1d runs with autocast off (autocast would cast it back to half).
     xc = x.to(compute)
@@ -378,17 +358,8 @@ def long_conv1d(
             y = y + b.unsqueeze(-1)
         return y.to(out_dtype)
     stacked = kernel.dim() == 3
-    if spectrum is not None and not needs_grad:
-        k_f, n = spectrum
-        if k_f.shape[:-1] != kernel.shape[:-1] or k_f.dtype != compute.to_complex():
-            raise ValueError(
-                f'long_conv1d: spectrum of shape {tuple(k_f.shape)} and dtype {k_f.dtype} does not belong to a '
-                f'{tuple(kernel.shape)} kernel computed in {compute}'
-            )
-        y = fft_conv_spectrum(xc, k_f if stacked else k_f.unsqueeze(0), n, b)
-    else:
-        k = kernel.to(compute)
-        y = fft_conv(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
+    k = kernel.to(compute)
+    y = fft_conv(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
 
 

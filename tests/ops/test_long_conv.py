@@ -76,25 +76,6 @@ def test_inference_path_in_small_chunks(monkeypatch, stacked):
             torch.testing.assert_close(yi, shifted_sum_conv(x, ki, 20) + bias[:, None], rtol=1e-10, atol=1e-10)
 
 
-def test_prepared_spectrum_serves_inference_only():
-    x = torch.randn(2, 3, 30, dtype=torch.float64)
-    k = torch.nn.Parameter(torch.randn(3, 59, dtype=torch.float64))
-    spectrum = kernel_spectrum(k.detach(), 29, 30)
-    with torch.no_grad():
-        y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=spectrum)
-        torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
-        # it is what the operator computes: the spectrum of another kernel gives that kernel's result
-        other = torch.randn(3, 59, dtype=torch.float64)
-        y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(other, 29, 30))
-        torch.testing.assert_close(y, shifted_sum_conv(x, other, 29), rtol=1e-10, atol=1e-10)
-        with pytest.raises(ValueError, match='does not belong to a'):
-            long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(k.detach().float(), 29, 30))
-    # with gradients it is not used: the result is the kernel's and differentiable
-    y = long_conv1d(x, k, zero_lag=29, backend='fft', spectrum=kernel_spectrum(other, 29, 30))
-    assert y.requires_grad
-    torch.testing.assert_close(y.detach(), shifted_sum_conv(x, k.detach(), 29), rtol=1e-10, atol=1e-10)
-
-
 def test_spectrum_cache_argument_is_deprecated_and_ignored():
     x = torch.randn(2, 3, 30, dtype=torch.float64)
     k = torch.randn(3, 59, dtype=torch.float64)

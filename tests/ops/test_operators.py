@@ -7,7 +7,7 @@ import torch
 
 from mrconvnext.ops import long_conv1d
 from mrconvnext.ops.conv_bn_sum import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
-from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward, fft_conv_spectrum, kernel_spectrum
+from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward
 
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
 
@@ -27,8 +27,6 @@ def test_opcheck_fft_conv(layout, N, with_bias, K, zero_lag):
     b = torch.randn(3, dtype=torch.float64, requires_grad=True) if with_bias else None
     args = (x, k, zero_lag, b) if with_bias else (x, k, zero_lag)  # bias given, or left at its default
     torch.library.opcheck(fft_conv, args)
-    k_f, n = kernel_spectrum(k.detach(), zero_lag, x.shape[-1])
-    torch.library.opcheck(fft_conv_spectrum, (x.detach(), k_f, n, None if b is None else b.detach()))
     g = torch.randn(2, N, 3, 10, dtype=torch.float64)
     for need in [(True, True), (True, False), (False, True)]:
         torch.library.opcheck(fft_conv_backward, (g, x.detach(), k.detach(), zero_lag, *need))
@@ -134,13 +132,11 @@ def test_decompositions_equal_the_operators():
     x1, off1 = torch.randn(2, 4, 11, **d), torch.rand(2, 2, 11, 2, **d)
     x2, off2 = torch.randn(2, 4, 5, 6, **d), torch.rand(2, 1, 5, 6, 4, **d)
     kernel, bias = torch.randn(3, 4, 27, **d), torch.randn(4, **d)  # lags -13 .. 13 reach past both ends of 11
-    k_f, n = kernel_spectrum(kernel, 13, 11)
     cases = [
         (ops.talk1d.default, (x1, off1, 3, 2, 'torch')),
         (ops.talk2d.default, (x2, off2, 2, 1, 1, 2, 'torch')),
         (ops.dynamic_conv.default, (torch.randn(2, 2, 3, 9, **d), torch.randn(2, 2, 5, 9, **d), 2)),
         (ops.fft_conv.default, (x1, kernel, 13, bias)),
-        (ops.fft_conv_spectrum.default, (x1, k_f, n, None)),
     ]
     if triton:
         cases += [(ops.talk1d_triton.default, (x1, off1, 3, 2)), (ops.talk2d_triton.default, (x2, off2, 2, 1, 1, 2))]
