@@ -71,7 +71,7 @@ def main() -> None:
         med = statistics.median(times[i])
         base = next((j for j, c in enumerate(configs) if c[0] == form and c[1] == size and c[2] == 'none'), None)
         ratio = f'{med / statistics.median(times[base]):.2f}' if base is not None and size != args.nominal else ''
-        print(f'{form:10} {size:>5} {rule:>7} {med:9.1f} {ratio:>8}')
+        print(f'{form:10} {size:>5} {rule if size != args.nominal else "any":>7} {med:9.1f} {ratio:>8}')
 
 
 if __name__ == '__main__':
