@@ -11,7 +11,7 @@ registers every model with timm), then runs the script exactly as ``python SCRIP
 file runs as ``__main__`` (``runpy.run_path``). The scripts live in timm's GitHub repository, not in
 the timm wheel: use a checkout of the timm version you have installed. Before running the script the
 launcher also makes timm's RandAugment posterize accept 0 bits where Pillow rejects them (13.0 does)
-(:mod:`mrconvnext.tools._compat`), so the ConvNeXt policy ``rand-m9-mstd0.5-inc1`` cannot crash a run.
+(:mod:`mrconvnext.tools.compat`), so the ConvNeXt policy ``rand-m9-mstd0.5-inc1`` cannot crash a run.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     import mrconvnext  # noqa: F401  (registers the models with timm)
 
     try:
-        from mrconvnext.tools._compat import patch_timm_posterize
+        from mrconvnext.tools.compat import patch_timm_posterize
     except ImportError:  # an install without the tools package: run the script as it is
         pass
     else:
-        patch_timm_posterize()  # RandAugment's 0-bit posterize crashes on recent Pillow (tools/_compat.py)
+        patch_timm_posterize()  # RandAugment's 0-bit posterize crashes on recent Pillow (tools/compat.py)
 
     script = os.path.abspath(script)
     saved_argv, saved_path = sys.argv, list(sys.path)

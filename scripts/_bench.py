@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrconvnext.tools._memory import peak_extra_mb  # the package's one memory harness
+from mrconvnext.tools.memory import peak_extra_mb  # the package's one memory harness
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

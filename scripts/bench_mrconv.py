@@ -13,7 +13,6 @@ also written as CSV to ``--out``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import functools
 import statistics
@@ -46,23 +45,6 @@ def row(name: str, times: list[float], base: float | None = None) -> dict:
     return r
 
 
-@contextlib.contextmanager
-def _engine(name: str):
-    """'fused': the native CPU kernels (kernels/fftconv), as shipped; 'torch': the torch.fft chunk engine and the
-    F.batch_norm training path, i.e. the same layer with the fused kernels switched off."""
-    from mrconvnext.layers import mrconv
-    from mrconvnext.ops import long_conv
-
-    saved = long_conv._fused_kernels, mrconv.branch_conv_bn_sum_supported
-    if name == 'torch':
-        long_conv._fused_kernels = lambda x: None
-        mrconv.branch_conv_bn_sum_supported = lambda x: False
-    try:
-        yield
-    finally:
-        long_conv._fused_kernels, mrconv.branch_conv_bn_sum_supported = saved
-
-
 def bench_layer(args) -> list[dict]:
     B, C, H, W = args.batch, args.dim, args.size, args.size
     # channels-last, as ConvNeXt hands its mixers their input
@@ -75,27 +57,28 @@ def bench_layer(args) -> list[dict]:
     base = statistics.median(t_dw)
     rows.append(row('depthwise 7x7 conv (eval, reference)', t_dw))
     torch.manual_seed(0)
-    layer = MRConv2d(C, (H, W), **kw)
     for engine in args.engines:
-        with _engine(engine):
-            layer.load_state_dict(MRConv2d(C, (H, W), **kw).state_dict())  # branched again, same weights each time
-            torch.manual_seed(0)
+        # 'native': the fused CPU kernels (kernels/fftconv) and the fused BatchNorm training form, as 'auto' runs
+        # them here; 'torch': the torch.fft engine and the F.batch_norm training path
+        layer = MRConv2d(C, (H, W), engine=engine, **kw)
+        layer.load_state_dict(MRConv2d(C, (H, W), **kw).state_dict())  # same weights each time
+        torch.manual_seed(0)
 
-            def train_step():
-                layer.train()
-                xr = x.detach().requires_grad_(True)
-                layer(xr).sum().backward()
+        def train_step(layer=layer):
+            layer.train()
+            xr = x.detach().requires_grad_(True)
+            layer(xr).sum().backward()
 
-            t_train = timeit(train_step, args.repeats)
-            layer.eval()
-            with torch.no_grad():
-                t_branched = timeit(lambda: layer(x), args.repeats)
-                y_branched = layer(x)
-                deployed = MRConv2d(C, (H, W), **kw)
-                deployed.load_state_dict(layer.state_dict())
-                deployed.eval().reparameterize()
-                t_rep = timeit(functools.partial(deployed, x), args.repeats)
-                err = ((deployed(x) - y_branched).abs().max() / y_branched.abs().max()).item()
+        t_train = timeit(train_step, args.repeats)
+        layer.eval()
+        with torch.no_grad():
+            t_branched = timeit(functools.partial(layer, x), args.repeats)
+            y_branched = layer(x)
+            deployed = MRConv2d(C, (H, W), engine=engine, **kw)
+            deployed.load_state_dict(layer.state_dict())
+            deployed.eval().reparameterize()
+            t_rep = timeit(functools.partial(deployed, x), args.repeats)
+            err = ((deployed(x) - y_branched).abs().max() / y_branched.abs().max()).item()
         n = layer.num_branches
         rows.append(row(f'[{engine}] MRConv {args.kernel_type} train fwd+bwd (bn, {n} branches)', t_train, base))
         rows.append(row(f'[{engine}] MRConv branched eval', t_branched, base))
@@ -137,8 +120,8 @@ def bench_crossover(args) -> list[dict]:
             if taps > 2 * L - 1:
                 continue
             k = torch.randn(C, taps)
-            t_fft = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, backend='fft'), args.repeats)
-            t_dir = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, backend='direct'), args.repeats)
+            t_fft = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, method='fft'), args.repeats)
+            t_dir = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, method='direct'), args.repeats)
             rows.append(row(f'L={L} C={C} K={taps} fft', t_fft))
             rows.append(row(f'L={L} C={C} K={taps} direct', t_dir, statistics.median(t_fft)))
     return rows
@@ -188,7 +171,7 @@ def main(argv=None) -> None:
     p.add_argument('--modes', type=int, default=37, help="Fourier modes per branch (mrconvnext_t's)")
     p.add_argument('--taps', type=int, default=80, help="sparse taps per branch (mrconvnext_t's)")
     p.add_argument(
-        '--engines', nargs='+', default=['fused', 'torch'], choices=['fused', 'torch'], help='layer: FFT engines'
+        '--engines', nargs='+', default=['native', 'torch'], choices=['native', 'torch'], help='layer: FFT engines'
     )
     p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--threads', type=int, default=None)

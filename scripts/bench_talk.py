@@ -1,6 +1,6 @@
-"""CPU benchmark of the TaLK mixers: the ops by backend, and TaLK-ConvNeXt model throughput.
+"""CPU benchmark of the TaLK mixers: the ops by engine, and TaLK-ConvNeXt model throughput.
 
-Part ``ops``: ``mrconvnext.ops.talk.talk1d`` / ``talk2d`` with ``backend='native'`` (C++ kernel),
+Part ``ops``: ``mrconvnext.ops.talk.talk1d`` / ``talk2d`` with ``engine='native'`` (C++ kernel),
 ``'torch'`` (fused PyTorch fallback) and the pure reference ``talk1d_reference`` / ``talk2d_reference``
 (autograd through cumsum + gather), at the first ConvNeXt-T stage: B=16, C=96, 56x56, 6 heads (16 channels
 per head), maximum offsets as the models set them (1D over the flattened map: ``max_left = max_right =
@@ -150,7 +150,7 @@ def ops_worker(case: dict) -> dict:
     else:
         x, off, maxes = torch.randn(B, C, S, S), torch.rand(B, H, S, S, 4), (S // 2, S // 2, S // 2, S // 2)
         fn = talk.talk2d_reference if case['impl'] == 'reference' else talk.talk2d
-    kw = {} if case['impl'] == 'reference' else {'backend': case['impl']}
+    kw = {} if case['impl'] == 'reference' else {'engine': case['impl']}
     x.requires_grad_(train)
     off.requires_grad_(train)
 
@@ -175,7 +175,7 @@ def models_worker(case: dict) -> dict:
     import torch
 
     import mrconvnext  # noqa: F401 - registers the TaLK-ConvNeXt models with timm
-    from mrconvnext.ops.talk import talk_backend
+    from mrconvnext.ops.engines import talk_engine
 
     threads = setup_torch(case['threads'])
     names = case['models']
@@ -186,7 +186,7 @@ def models_worker(case: dict) -> dict:
         is_talk = any('TaLK' in type(mod).__name__ for mod in m.modules())
         info[n] = {
             'params_m': sum(p.numel() for p in m.parameters()) / 1e6,
-            'talk_backend': talk_backend('cpu', 'auto') if is_talk else '-',
+            'talk_backend': talk_engine('cpu', 'auto') if is_talk else '-',
         }
     times: dict[str, list[float]] = {n: [] for n in names}
     with torch.no_grad():

@@ -37,24 +37,24 @@ def _case(op: str, stage: str, batch: int, dtype: torch.dtype):
         L = S * S
         x = x.flatten(2)
         off = torch.rand(batch, heads, L, 2, device='cuda')
-        return x, off, lambda a, o, b: talk1d(a, o, L // 2, L // 2, backend=b)
+        return x, off, lambda a, o, b: talk1d(a, o, L // 2, L // 2, engine=b)
     off = torch.rand(batch, heads, S, S, 4, device='cuda')
-    return x, off, lambda a, o, b: talk2d(a, o, S // 2, S // 2, S // 2, S // 2, backend=b)
+    return x, off, lambda a, o, b: talk2d(a, o, S // 2, S // 2, S // 2, S // 2, engine=b)
 
 
-def _call(fn, x, off, backend: str, mode: str):
+def _call(fn, x, off, engine: str, mode: str):
     if mode == 'fwd':
 
         def run():
             with torch.no_grad():
-                fn(x, off, backend)
+                fn(x, off, engine)
 
         return run
     xg, og = x.detach().requires_grad_(), off.detach().requires_grad_()
     g = torch.randn_like(x)
 
     def run():
-        torch.autograd.grad(fn(xg, og, backend), (xg, og), g)
+        torch.autograd.grad(fn(xg, og, engine), (xg, og), g)
 
     return run
 

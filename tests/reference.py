@@ -22,7 +22,7 @@ def shifted_sum_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> to
 
 
 def remap_lags_loop(kernel: torch.Tensor, zero_lag: int, width: int, new_width: int, new_length: int | None = None):
-    """The 2-D lag remap rule tap by tap: ``{new_lag: (C,) weight}`` (see ``mrconvnext.ops.lag_remap``).
+    """The 2-D lag remap rule tap by tap: ``{new_lag: (C,) weight}`` (see ``mrconvnext.ops.long_conv.lag_remap``).
 
     Lag ``tau = q * width + r`` (``0 <= r < width``) is read as ``(q, r)`` on ``width - r`` columns and as
     ``(q + 1, r - width)`` on ``r`` columns; each reading with ``|dx| < new_width`` goes to ``dy * new_width + dx``

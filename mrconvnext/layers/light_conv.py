@@ -24,10 +24,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-from ..ops._args import check_int, check_size2
+from ..ops import engines
+from ..ops.checks import check_choice, check_int, check_size2
 from ..ops.light_conv import dynamic_conv1d, light_conv1d
-from ._checks import check_mixer_input
-from ._torchscript import ScriptedInPython, python_forward
+from .checks import check_mixer_input
+from .torchscript import ScriptedInPython, python_forward
 
 __all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
 
@@ -65,7 +66,7 @@ class _HeadConv1d(ScriptedInPython):
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._mix(check_mixer_input(self, x, 3))
 
@@ -101,10 +102,12 @@ class LightConv1d(_HeadConv1d):
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
 class DynamicConv1d(_HeadConv1d):
-    """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head."""
+    """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head. ``engine``:
+    ``'auto'`` or ``'torch'`` (:mod:`mrconvnext.ops.engines`; one engine so far)."""
 
-    def __init__(self, dim: int, kernel_size: int, num_heads: int, **options) -> None:
+    def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
+        self.engine = check_choice(type(self).__name__, 'engine', engine, engines.DYNAMIC_CONV_ENGINES)
         self.weight_linear = nn.Linear(dim, num_heads * kernel_size)
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +124,7 @@ class DynamicConv1d(_HeadConv1d):
         return w.transpose(2, 3)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal)
+        return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine=self.engine)
 
 
 class _RowMajor2d:
@@ -140,11 +143,14 @@ class _RowMajor2d:
         causal: bool = False,
         weight_dropout: float = 0.0,
         bias: bool = False,
+        **options,
     ) -> None:
-        super().__init__(dim, kernel_size, num_heads, causal=causal, weight_dropout=weight_dropout, bias=bias)
+        super().__init__(
+            dim, kernel_size, num_heads, causal=causal, weight_dropout=weight_dropout, bias=bias, **options
+        )
         self.input_size = check_size2(type(self).__name__, 'input_size', input_size)
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = check_mixer_input(self, x, 4).shape
         return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)

@@ -47,12 +47,11 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_module
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..ops._args import check_int, check_size2
-from ..ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
-from ..ops.lag_remap import conv2d_lags, conv2d_padding, remap_lags
-from ..ops.long_conv import long_conv1d
-from ._checks import check_mixer_input
-from ._torchscript import ScriptedInPython, python_forward
+from ..ops import engines
+from ..ops.checks import check_choice, check_int, check_size2
+from ..ops.long_conv import conv2d_lags, conv2d_padding, long_conv1d, remap_lags
+from . import branch_norm
+from .checks import check_mixer_input
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -62,8 +61,19 @@ from .kernel_params import (
     FourierSparseKernel,
     SparseKernel,
 )
+from .torchscript import ScriptedInPython, python_forward
 
-__all__ = ['MRConv1d', 'MRConv2d', 'KERNEL_TYPES', 'COMBINE_MODES', 'LAG_REMAP_RULES', 'num_branches', 'read_grid']
+__all__ = [
+    'MRConv1d',
+    'MRConv2d',
+    'KERNEL_TYPES',
+    'COMBINE_MODES',
+    'LAG_REMAP_RULES',
+    'SPARSE_TAPS',
+    'default_num_taps',
+    'num_branches',
+    'read_grid',
+]
 
 KERNEL_TYPES = ('dilated', 'fourier', 'sparse', 'fourier_sparse', 'dense')
 COMBINE_MODES = ('bn', 'scale')
@@ -80,6 +90,16 @@ def num_branches(seq_len: int, l0: int, max_branches: int) -> int:
     while n < max_branches and l0 * 2 ** (n - 1) < seq_len:
         n += 1
     return n
+
+
+# Taps per branch of the sparse kernel types when none are given: the zoo models' (MRConvNeXt) architecture.
+SPARSE_TAPS = 80
+
+
+def default_num_taps(kernel_type: str, kernel_size: int) -> int:
+    """The one default of ``num_taps``: ``kernel_size`` taps per side for ``dilated`` (a dilated branch then spans
+    its resolution), :data:`SPARSE_TAPS` for the others (``sparse``, ``fourier_sparse``; unused by the rest)."""
+    return kernel_size if kernel_type == 'dilated' else SPARSE_TAPS
 
 
 def resolve_lag_remap(rule: str | bool) -> str:
@@ -130,10 +150,13 @@ class MRConv1d(ScriptedInPython):
         causal: causal instead of bidirectional (the default for images).
         num_modes: Fourier modes per branch (``fourier`` / ``fourier_sparse``).
         num_taps: taps per branch for ``sparse`` / ``fourier_sparse``; for ``dilated`` the taps per
-            side (default ``kernel_size``).
+            side; default :func:`default_num_taps`.
         seed: seed of the sparse tap positions; ``None`` draws one from torch's global RNG.
         deploy: build the reparameterized single-kernel form.
-        backend: convolution backend passed to :func:`~mrconvnext.ops.long_conv1d`.
+        method: ``'auto'``, ``'fft'`` or ``'direct'``, passed to :func:`~mrconvnext.ops.long_conv1d`.
+        engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``, passed to it too
+            (:mod:`mrconvnext.ops.engines`).
+        backend: deprecated spelling of ``method`` (``'fft'`` / ``'direct'``) or ``engine`` (``'flashfft'``).
     """
 
     def __init__(
@@ -149,7 +172,9 @@ class MRConv1d(ScriptedInPython):
         num_taps: int | None = None,
         seed: int | None = None,
         deploy: bool = False,
-        backend: str = 'auto',
+        method: str = 'auto',
+        engine: str = 'auto',
+        backend: str | None = None,
         bn_momentum: float = 0.1,
         bn_eps: float = 1e-5,
     ) -> None:
@@ -159,6 +184,10 @@ class MRConv1d(ScriptedInPython):
         if combine not in COMBINE_MODES:
             raise ValueError(f'combine must be one of {COMBINE_MODES}, got {combine!r}')
         cls = type(self).__name__
+        if backend is not None:
+            method, engine = engines.from_backend(cls, 'long_conv', backend, method, engine)
+        self.method = check_choice(cls, 'method', method, engines.LONG_CONV_METHODS)
+        self.engine = check_choice(cls, 'engine', engine, engines.LONG_CONV_ENGINES)
         dim, seq_len, max_branches = (check_int(cls, n, v) for n, v in zip(_SIZES, (dim, seq_len, max_branches)))
         if kernel_size is None:
             kernel_size = math.ceil(seq_len / 2 ** (max_branches - 1))
@@ -169,13 +198,12 @@ class MRConv1d(ScriptedInPython):
         self.kernel_type = kernel_type
         self.combine = combine
         self.causal = causal
-        self.backend = backend
         self.num_branches = num_branches(seq_len, kernel_size, max_branches)
         # common layout of all branches: reach capped at the nominal length
         self.reach = min(kernel_size * 2 ** (self.num_branches - 1), seq_len)
         self.zero_lag = 0 if causal else self.reach - 1
         self.deployed = False
-        taps = num_taps if num_taps is not None else (kernel_size if kernel_type == 'dilated' else 32)
+        taps = num_taps if num_taps is not None else default_num_taps(kernel_type, kernel_size)
         self._branch_options = dict(taps=taps, modes=num_modes, bn_eps=bn_eps, bn_momentum=bn_momentum)
         self.register_load_state_dict_post_hook(_fold_loaded_branches)
         if deploy:
@@ -301,7 +329,7 @@ class MRConv1d(ScriptedInPython):
         """``(B, C, L) -> (B, C, L)`` for an input in ``geometry``. ``valid = (H, W)``: ``x`` is an ``H``-row map
         with padding columns after the first ``W`` of each row; the output keeps only those, ``(B, C, H * W)``, and
         the BatchNorm statistics are taken over them alone."""
-        B, _, L = x.shape
+        L = x.shape[-1]
 
         def crop(y: torch.Tensor) -> torch.Tensor:
             if valid is None:
@@ -310,84 +338,18 @@ class MRConv1d(ScriptedInPython):
 
         if self.deployed:
             kernel, zero_lag = self._adapt(self.kernel, geometry, L)
-            return crop(long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, backend=self.backend))
+            return crop(long_conv1d(x, kernel, self.bias, zero_lag=zero_lag, method=self.method, engine=self.engine))
         if self.combine == 'scale':
             kernel, bias = self.merged_kernel()
             kernel, zero_lag = self._adapt(kernel, geometry, L)
-            return crop(long_conv1d(x, kernel, bias, zero_lag=zero_lag, backend=self.backend))
-        N, C = self.num_branches, self.dim
+            return crop(long_conv1d(x, kernel, bias, zero_lag=zero_lag, method=self.method, engine=self.engine))
         kernels, zero_lag = self._adapt(self.branch_kernels(), geometry, L)
-        if valid is None and self._fused_bn_applies(x):
-            return self._fused_conv_bn(x, kernels, zero_lag)
-        y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, backend=self.backend))  # (B, N, C, L')
-        y = y.reshape(B, N * C, -1)
-        if type(self.bn) is nn.BatchNorm1d and self.bn.affine:
-            return self._batch_norm_alpha(y).view(B, N, C, -1).sum(1)
-        # any other norm module (e.g. a synchronized BatchNorm after conversion): call it, then weight by alpha
-        return (self.bn(y).view(B, N, C, -1) * self.alpha.to(y.dtype).unsqueeze(-1)).sum(1)
+        if valid is None and branch_norm.fused_applies(self.bn, x, self.method, self.engine):
+            return branch_norm.fused_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag)
+        y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, method=self.method, engine=self.engine))  # (B, N, C, L')
+        return branch_norm.norm_sum(self.bn, self.alpha, y)
 
-    def _fused_bn_applies(self, x: torch.Tensor) -> bool:
-        """Training with batch statistics, a plain affine BatchNorm1d, the FFT backend and a CPU float32/64
-        input: then :func:`~mrconvnext.ops.conv_bn_sum.branch_conv_bn_sum` runs the whole layer."""
-        bn = self.bn
-        return (
-            bn.training
-            and type(bn) is nn.BatchNorm1d
-            and bn.affine
-            and self.backend in ('auto', 'fft')
-            and branch_conv_bn_sum_supported(x)
-        )
-
-    def _fused_conv_bn(self, x: torch.Tensor, kernels: torch.Tensor, zero_lag: int) -> torch.Tensor:
-        """The bn-combine training forward through the fused op, with nn.BatchNorm1d's running-stat updates."""
-        bn = self.bn
-        N, C = self.num_branches, self.dim
-        dt = x.dtype
-        y, mean, var = branch_conv_bn_sum(
-            x,
-            kernels,
-            zero_lag,
-            bn.weight.view(N, C).to(dt),
-            bn.bias.view(N, C).to(dt),
-            self.alpha.to(dt),
-            bn.eps,
-        )
-        if bn.track_running_stats:
-            momentum = self._bn_momentum_step()
-            M = x.shape[0] * x.shape[2]
-            with torch.no_grad():  # as F.batch_norm: the running variance is the unbiased one
-                bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
-                bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
-        return y
-
-    def _bn_momentum_step(self) -> float:
-        """Counts a training batch and returns the running-statistics momentum, as nn.BatchNorm1d does
-        (``momentum=None``: cumulative moving average)."""
-        bn = self.bn
-        bn.num_batches_tracked.add_(1)
-        return 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
-
-    def _batch_norm_alpha(self, y: torch.Tensor) -> torch.Tensor:
-        """``alpha * bn(y)`` with alpha folded into the BatchNorm's affine transform: one fused op instead
-        of a normalization and a weighted sum (same statistics, running-stat updates and gradients)."""
-        bn = self.bn
-        momentum = 0.0 if bn.momentum is None else bn.momentum
-        if bn.training and bn.track_running_stats:
-            momentum = self._bn_momentum_step()
-        batch_stats = bn.training or bn.running_mean is None
-        alpha = self.alpha.reshape(-1).to(y.dtype)
-        return F.batch_norm(
-            y,
-            bn.running_mean if not bn.training or bn.track_running_stats else None,
-            bn.running_var if not bn.training or bn.track_running_stats else None,
-            alpha * bn.weight,
-            alpha * bn.bias,
-            batch_stats,
-            momentum,
-            bn.eps,
-        )
-
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
         check_mixer_input(self, x, 3)
@@ -471,7 +433,7 @@ class MRConv2d(MRConv1d):
             return remap_lags(kernel, self.zero_lag, self.input_size[1], new_width, length)
         return conv2d_lags(kernel, self.zero_lag, self.input_size, padded_width, padded_width - new_width)
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)

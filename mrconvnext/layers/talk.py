@@ -25,12 +25,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-from ..ops._args import check_int, check_size2
-from ..ops._autocast import autocast_off
-from ..ops.talk import TALK_BACKENDS, talk1d, talk2d, talk_offsets_dropout
-from ..ops.talk_reference import MAX_OFFSET
-from ._checks import check_mixer_input
-from ._torchscript import ScriptedInPython, python_forward
+from ..ops import engines
+from ..ops.checks import autocast_off, check_choice, check_int, check_size2
+from ..ops.talk import MAX_OFFSET, talk1d, talk2d, talk_offsets_dropout
+from .checks import check_mixer_input
+from .torchscript import ScriptedInPython, python_forward
 
 __all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
 
@@ -43,15 +42,17 @@ def _resolve_max(cls: str, name: str, value: int | None, extent: int | None) -> 
     return check_int(cls, name, value, minimum=0, maximum=MAX_OFFSET)
 
 
-def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, backend: str) -> None:
+def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, engine: str, backend: str | None) -> str:
+    """Checks the common arguments; returns the engine (``backend`` is its deprecated spelling)."""
     check_int(cls, 'dim', dim)
     check_int(cls, 'num_heads', num_heads)
     if dim % num_heads != 0:
         raise ValueError(f'{cls}: num_heads ({num_heads}) must divide dim ({dim})')
     if not 0.0 <= offsets_dropout <= 1.0:
         raise ValueError(f'{cls}: offsets_dropout must be in [0, 1], got {offsets_dropout}')
-    if backend not in TALK_BACKENDS:
-        raise ValueError(f'{cls}: backend must be one of {TALK_BACKENDS}, got {backend!r}')
+    if backend is not None:
+        return engines.from_backend(cls, 'talk', backend, 'auto', engine)[1]
+    return check_choice(cls, 'engine', engine, engines.TALK_ENGINES)
 
 
 def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -127,11 +128,12 @@ class TaLKConv1d(_MaximaInState):
         max_right: int | None = None,
         causal: bool = False,
         offsets_dropout: float = 0.0,
-        backend: str = 'auto',
+        engine: str = 'auto',
+        backend: str | None = None,
     ) -> None:
         super().__init__()
         cls = type(self).__name__
-        _check_common(cls, dim, num_heads, offsets_dropout, backend)
+        engine = _check_common(cls, dim, num_heads, offsets_dropout, engine, backend)
         if seq_len is not None:
             check_int(cls, 'seq_len', seq_len)
         if causal:
@@ -142,7 +144,7 @@ class TaLKConv1d(_MaximaInState):
         self.max_left = _resolve_max(cls, 'max_left', max_left, seq_len)
         self.max_right = _resolve_max(cls, 'max_right', max_right, seq_len)
         self.offsets_dropout = float(offsets_dropout)
-        self.backend = backend
+        self.engine = engine
         self.offset_proj = nn.Linear(dim, 2 * num_heads)
         self._record_maxima()
 
@@ -153,16 +155,16 @@ class TaLKConv1d(_MaximaInState):
         off = off.view(B, self.num_heads, 2, L).transpose(2, 3)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, L) -> (B, C, L)``."""
         check_mixer_input(self, x, 3)
-        return talk1d(x, self.compute_offsets(x), self.max_left, self.max_right, backend=self.backend)
+        return talk1d(x, self.compute_offsets(x), self.max_left, self.max_right, engine=self.engine)
 
     def extra_repr(self) -> str:
         return (
             f'dim={self.dim}, num_heads={self.num_heads}, max_left={self.max_left}, max_right={self.max_right}, '
-            f'causal={self.causal}, offsets_dropout={self.offsets_dropout}, backend={self.backend!r}'
+            f'causal={self.causal}, offsets_dropout={self.offsets_dropout}, engine={self.engine!r}'
         )
 
 
@@ -179,7 +181,7 @@ class TaLKConvFlat2d(TaLKConv1d):
         super().__init__(dim, H * W, **options)
         self.input_size = (H, W)
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
@@ -207,11 +209,12 @@ class TaLKConv2d(_MaximaInState):
         max_top: int | None = None,
         max_bottom: int | None = None,
         offsets_dropout: float = 0.0,
-        backend: str = 'auto',
+        engine: str = 'auto',
+        backend: str | None = None,
     ) -> None:
         super().__init__()
         cls = type(self).__name__
-        _check_common(cls, dim, num_heads, offsets_dropout, backend)
+        engine = _check_common(cls, dim, num_heads, offsets_dropout, engine, backend)
         H, W = check_size2(cls, 'input_size', input_size)
         self.dim, self.input_size, self.num_heads = dim, (H, W), num_heads
         self.max_left = _resolve_max(cls, 'max_left', max_left, W)
@@ -219,7 +222,7 @@ class TaLKConv2d(_MaximaInState):
         self.max_top = _resolve_max(cls, 'max_top', max_top, H)
         self.max_bottom = _resolve_max(cls, 'max_bottom', max_bottom, H)
         self.offsets_dropout = float(offsets_dropout)
-        self.backend = backend
+        self.engine = engine
         self.offset_proj = nn.Linear(dim, 4 * num_heads)
         self._record_maxima()
 
@@ -230,16 +233,16 @@ class TaLKConv2d(_MaximaInState):
         off = off.view(B, self.num_heads, 4, H, W).permute(0, 1, 3, 4, 2)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
-    @python_forward  # TorchScript calls it in Python (see _torchscript.py)
+    @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
         off = self.compute_offsets(x)
-        return talk2d(x, off, self.max_left, self.max_right, self.max_top, self.max_bottom, backend=self.backend)
+        return talk2d(x, off, self.max_left, self.max_right, self.max_top, self.max_bottom, engine=self.engine)
 
     def extra_repr(self) -> str:
         return (
             f'dim={self.dim}, input_size={self.input_size}, num_heads={self.num_heads}, '
             f'max_left={self.max_left}, max_right={self.max_right}, max_top={self.max_top}, '
-            f'max_bottom={self.max_bottom}, offsets_dropout={self.offsets_dropout}, backend={self.backend!r}'
+            f'max_bottom={self.max_bottom}, offsets_dropout={self.offsets_dropout}, engine={self.engine!r}'
         )

@@ -1,8 +1,8 @@
 """Model files: configs and ``@register_model`` entrypoints (importing registers them with timm)."""
 
-from ._checkpoint import read_state_dict
-from ._mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
+from .checkpoint import read_state_dict
 from .lightconvnext import DynConvNeXt, LightConvNeXt
+from .mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
 from .mrconvnext import MRConvNeXt, mrconv_kernel_size
 from .talkconvnext import TaLKConvNeXt, TaLKConvNeXt2d
 

@@ -15,7 +15,7 @@ import torch.nn as nn
 from timm.models import generate_default_cfgs, register_model
 
 from ..layers import DynamicConv2d, LightConv2d
-from ._mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
+from .mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
 
 __all__ = ['LightConvNeXt', 'DynConvNeXt']
 
@@ -45,7 +45,8 @@ class LightConvNeXt(MixerConvNeXt):
             raise ValueError(f'kernel_sizes needs one entry per stage, got {kernel_sizes}')
         self.kernel_sizes = tuple(kernel_sizes)
         self.channels_per_head = channels_per_head
-        self.mixer_cfg = dict(weight_dropout=weight_dropout, causal=causal)
+        # subclasses add their mixers' own options (DynConvNeXt: engine) before calling this
+        self.mixer_cfg = dict(weight_dropout=weight_dropout, causal=causal, **getattr(self, 'extra_mixer_cfg', {}))
         super().__init__(**kwargs)
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
@@ -56,9 +57,14 @@ class LightConvNeXt(MixerConvNeXt):
 
 
 class DynConvNeXt(LightConvNeXt):
-    """ConvNeXt with DynamicConv mixers (same arguments as :class:`LightConvNeXt`)."""
+    """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt` and the mixers' ``engine``
+    (``'auto'`` or ``'torch'``; :mod:`mrconvnext.ops.engines`)."""
 
     mixer_layer = DynamicConv2d
+
+    def __init__(self, engine: str = 'auto', **kwargs) -> None:
+        self.extra_mixer_cfg = dict(engine=engine)
+        super().__init__(**kwargs)
 
 
 _PAPER = dict(paper_ids='arXiv:1901.10430', paper_name='Pay Less Attention with Lightweight and Dynamic Convolutions')

@@ -26,7 +26,8 @@ import torch.nn as nn
 from timm.models import generate_default_cfgs, register_model
 
 from ..layers import MRConv2d
-from ._mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
+from ..ops import engines
+from .mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
 
 __all__ = ['MRConvNeXt', 'mrconv_kernel_size']
 
@@ -46,11 +47,14 @@ class MRConvNeXt(MixerConvNeXt):
         kernel_sizes: smallest reach per stage; default from :func:`mrconv_kernel_size`.
         max_branches: resolutions per mixer at most.
         num_modes: Fourier modes per branch.
-        num_taps: sparse taps per branch (taps per side for ``dilated``; default its kernel size).
+        num_taps: taps per branch (``sparse`` / ``fourier_sparse``) or per side (``dilated``); default the
+            layer's (:func:`~mrconvnext.layers.mrconv.default_num_taps`: 80, or the kernel size for ``dilated``).
         causal: causal mixers (default bidirectional).
         lag_remap: the mixers' rule at other input sizes (:class:`~mrconvnext.layers.MRConv2d`): ``'split'``
             (default), ``'conv2d'`` (the exact 2-D convolution of the nominal layer) or ``'none'``.
-        backend: convolution backend of the mixers.
+        method: the mixers' convolution method (``'auto'``, ``'fft'``, ``'direct'``; :mod:`mrconvnext.ops.engines`).
+        engine: the mixers' engine (``'auto'``, ``'native'``, ``'torch'``, ``'flashfft'``).
+        backend: deprecated spelling of ``method`` / ``engine`` (configs that hold it still load, with a warning).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments (``img_size``, ``deploy``,
             ``depths``, ``dims``, ``num_classes``, ``in_chans``, ``drop_path_rate``, ...).
     """
@@ -62,23 +66,28 @@ class MRConvNeXt(MixerConvNeXt):
         kernel_sizes: tuple[int, ...] | list[int] | None = None,
         max_branches: int = 5,
         num_modes: int = 37,
-        num_taps: int | None = 80,
+        num_taps: int | None = None,
         causal: bool = False,
         lag_remap: str | bool = 'split',
-        backend: str = 'auto',
+        method: str = 'auto',
+        engine: str = 'auto',
+        backend: str | None = None,
         **kwargs,
     ) -> None:
         if kernel_sizes is not None and len(kernel_sizes) != len(kwargs.get('depths', (3, 3, 9, 3))):
             raise ValueError(f'kernel_sizes needs one entry per stage, got {kernel_sizes}')
+        if backend is not None:
+            method, engine = engines.from_backend(type(self).__name__, 'long_conv', backend, method, engine)
         self.mixer_cfg = dict(
             kernel_type=kernel_type,
             combine=combine,
             max_branches=max_branches,
             num_modes=num_modes,
-            num_taps=None if kernel_type == 'dilated' else num_taps,
+            num_taps=num_taps,
             causal=causal,
             lag_remap=lag_remap,
-            backend=backend,
+            method=method,
+            engine=engine,
         )
         self.kernel_sizes = tuple(kernel_sizes) if kernel_sizes is not None else None
         super().__init__(**kwargs)

@@ -17,7 +17,8 @@ import torch.nn as nn
 from timm.models import generate_default_cfgs, register_model
 
 from ..layers import TaLKConv2d, TaLKConvFlat2d
-from ._mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
+from ..ops import engines
+from .mixer_convnext import CONVNEXT_ARCHS, MixerConvNeXt, convnext_cfg, create_mixer_convnext
 
 __all__ = ['TaLKConvNeXt', 'TaLKConvNeXt2d']
 
@@ -28,17 +29,26 @@ class TaLKConvNeXt(MixerConvNeXt):
     Args:
         channels_per_head: channels sharing one window (``num_heads = max(1, dim // channels_per_head)``).
         offsets_dropout: offsets dropout probability (training only, never rescales offsets above 1).
-        backend: TaLK backend (``'auto'``: native kernels when they build, else PyTorch).
+        engine: the mixers' TaLK engine (``'auto'``: Triton on CUDA, the native kernels on the CPU where they build,
+            else PyTorch; :mod:`mrconvnext.ops.engines`).
+        backend: deprecated spelling of ``engine`` (configs that hold it still load, with a warning).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments.
     """
 
     mixer_layer = TaLKConvFlat2d
 
     def __init__(
-        self, channels_per_head: int = 16, offsets_dropout: float = 0.0, backend: str = 'auto', **kwargs
+        self,
+        channels_per_head: int = 16,
+        offsets_dropout: float = 0.0,
+        engine: str = 'auto',
+        backend: str | None = None,
+        **kwargs,
     ) -> None:
+        if backend is not None:
+            engine = engines.from_backend(type(self).__name__, 'talk', backend, 'auto', engine)[1]
         self.channels_per_head = channels_per_head
-        self.mixer_cfg = dict(offsets_dropout=offsets_dropout, backend=backend)
+        self.mixer_cfg = dict(offsets_dropout=offsets_dropout, engine=engine)
         super().__init__(**kwargs)
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:

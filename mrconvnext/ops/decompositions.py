@@ -16,22 +16,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .kernel_layout import crop_kernel
 from .light_conv import dynamic_conv_decomposition
-from .long_conv import direct_conv1d
-from .talk import _acc_dtype, talk1d_reference, talk2d_reference
+from .long_conv import crop_kernel, direct_conv1d
+from .talk import talk1d_reference, talk2d_reference
+from .talk.checks import acc_dtype
 
 __all__ = ['decompositions']
 
 
-def _talk1d(x, offsets, max_left, max_right, backend):
-    return talk1d_reference(x, offsets, max_left, max_right)
-
-
-def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom, backend):
+def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom):
     y = talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
     P = F.pad(
-        x.to(_acc_dtype(x.dtype)).cumsum(2).cumsum(3), (1, 0, 1, 0)
+        x.to(acc_dtype(x.dtype)).cumsum(2).cumsum(3), (1, 0, 1, 0)
     )  # the integral image the operator also returns
     return y, P
 
@@ -48,11 +44,12 @@ def decompositions() -> dict:
     """``torch.export.default_decompositions()`` plus one entry per inference operator of the package."""
     ops = torch.ops.mrconvnext
     table = torch.export.default_decompositions()
-    table[ops.talk1d.default] = _talk1d
-    table[ops.talk2d.default] = _talk2d
-    if hasattr(ops, 'talk1d_triton'):  # registered once the Triton kernels were used (CUDA models)
-        table[ops.talk1d_triton.default] = lambda x, offsets, ml, mr: _talk1d(x, offsets, ml, mr, 'triton')
-        table[ops.talk2d_triton.default] = lambda x, offsets, *maxes: _talk2d(x, offsets, *maxes, 'triton')
+    names = ['talk1d', 'talk1d_torch', 'talk1d_triton']  # the Triton operators exist once their module was imported
+    for name in names:
+        if hasattr(ops, name):
+            table[getattr(ops, name).default] = talk1d_reference
+            table[getattr(ops, name.replace('1d', '2d')).default] = _talk2d
     table[ops.dynamic_conv.default] = dynamic_conv_decomposition
     table[ops.fft_conv.default] = _fft_conv
+    table[ops.fft_conv_torch.default] = _fft_conv
     return table

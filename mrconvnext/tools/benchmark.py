@@ -47,8 +47,8 @@ import torch
 import torch.nn as nn
 from timm.utils import reparameterize_model
 
-from . import _common
-from ._memory import rss_peak_reader
+from . import common
+from .memory import rss_peak_reader
 
 __all__ = ['main', 'run', 'build_parser', 'default_models', 'format_table']
 
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--num-classes', type=int, default=1000)
     p.add_argument('--num-warm-iter', type=int, default=None, help='warm-up batches (default: 5 CUDA, 1 CPU)')
     p.add_argument('--num-bench-iter', type=int, default=None, help='timed rounds (default: 20 CUDA, 5 CPU)')
-    p.add_argument('--device', default=_common.default_device())
+    p.add_argument('--device', default=common.default_device())
     p.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
     p.add_argument('--amp-dtype', default='float16')
     p.add_argument('--channels-last', action='store_true')
@@ -99,9 +99,9 @@ def _parse_spec(spec: str) -> tuple[str, str]:
 def _build(spec: str, args: argparse.Namespace, device: torch.device, deploy_direct: bool = False) -> nn.Module:
     name, variant = _parse_spec(spec)
     extra = {}
-    if variant == 'reparam' and deploy_direct and _common.is_zoo_model(name):
+    if variant == 'reparam' and deploy_direct and common.is_zoo_model(name):
         extra['deploy'] = True
-    model = _common.create_model(name, num_classes=args.num_classes, img_size=args.img_size, **extra)
+    model = common.create_model(name, num_classes=args.num_classes, img_size=args.img_size, **extra)
     if variant == 'reparam' and not extra:
         model = reparameterize_model(model.eval())
     model.to(device)
@@ -123,7 +123,7 @@ class _Entry:
 
 
 def _steps(model: nn.Module, args: argparse.Namespace, device: torch.device, train: bool):
-    autocast, _ = _common.amp_autocast(args.amp, args.amp_dtype, device)
+    autocast, _ = common.amp_autocast(args.amp, args.amp_dtype, device)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device).contiguous(memory_format=fmt)
     y = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
@@ -207,7 +207,7 @@ def _measure_memory(spec: str, args: argparse.Namespace) -> dict[str, float]:
     payload = {'spec': spec, 'args': {k: getattr(args, k) for k in keys}}
     payload['args'].update(threads=args.threads, seed=args.seed, torchcompile=None)
     env = dict(os.environ)
-    root = str(Path(_common.mrconvnext.__file__).resolve().parents[1])
+    root = str(Path(common.mrconvnext.__file__).resolve().parents[1])
     env['PYTHONPATH'] = root + (os.pathsep + env['PYTHONPATH'] if env.get('PYTHONPATH') else '')
     cmd = [sys.executable, '-m', 'mrconvnext.tools.benchmark', '--memory-worker', json.dumps(payload)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -252,7 +252,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Benchmark; returns the table rows (also printed and written to ``--results-file``)."""
-    _common.setup_logging()
+    common.setup_logging()
     args = build_parser().parse_args(argv)
     device = torch.device(args.device)
     cuda = device.type == 'cuda'
@@ -343,7 +343,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     print(format_table(rows))
     if args.results_file:
-        path = _common.write_results(args.results_file, rows)
+        path = common.write_results(args.results_file, rows)
         print(f'written: {path}')
     return rows
 

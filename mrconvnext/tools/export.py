@@ -14,7 +14,7 @@ Steps:
    preprocessing of the training run). The directory is reloaded with
    ``timm.create_model('local-dir:DIR', pretrained=True)`` (``import mrconvnext`` first) and its logits
    are compared with the in-memory model's.
-4. ``--onnx``: every MRConv mixer is switched to the ``direct`` backend (a grouped ``Conv`` instead of
+4. ``--onnx``: every MRConv mixer is switched to the ``direct`` method (a grouped ``Conv`` instead of
    FFTs, same result), the model is exported with ``torch.onnx.export`` (batch axis dynamic; the
    spatial size is fixed at export because the kernels are cropped to the feature-map length), and
    onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
@@ -37,7 +37,7 @@ import timm
 import torch
 from timm.utils import reparameterize_model
 
-from . import _common
+from . import common
 
 __all__ = ['main', 'run', 'build_parser', 'export_onnx']
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-export'
     )
-    _common.add_model_source_args(p)
+    common.add_model_source_args(p)
     p.add_argument('--output', '-o', required=True, help='hub directory to write')
     p.add_argument('--no-reparam', action='store_true', help='export the branched model')
     p.add_argument('--onnx', nargs='?', const='model.onnx', default=None, help='also write ONNX (file in --output)')
@@ -78,7 +78,7 @@ def export_onnx(
 
     The dynamo exporter takes ``torch.export``'s program with the package's operators decomposed into ATen ops
     (:func:`mrconvnext.ops.decompositions`: TaLK as prefix sums + gathers, DynamicConv as shifted multiply-adds).
-    MRConv mixers are switched to the ``direct`` backend (on a copy): a grouped ``Conv`` with the kernel cropped to
+    MRConv mixers are switched to the ``direct`` method (on a copy): a grouped ``Conv`` with the kernel cropped to
     the feature map, cheaper than the generic decomposition of the FFT operator. The program is traced with at
     least two images (an example batch of 1 would fix the batch axis). The TorchScript exporter refuses models
     with the package's mixers: it traces sizes as tensors, which their size logic (kernel crops, size rules,
@@ -87,7 +87,7 @@ def export_onnx(
     from mrconvnext.ops.decompositions import decompositions
 
     model = copy.deepcopy(model).eval()
-    _common.set_mixer_backend(model, 'direct')
+    common.set_mixer_method(model, 'direct')
     if exporter == 'auto':
         try:
             import onnxscript  # noqa: F401
@@ -135,10 +135,10 @@ def _onnx_check(path: Path, model: torch.nn.Module, x: torch.Tensor) -> float:
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Export; returns a dict of paths and the measured differences."""
-    _common.setup_logging()
+    common.setup_logging()
     args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
-    model, info = _common.model_from_args(args)
+    model, info = common.model_from_args(args)
     run = info.get('run_args') or {}
     input_size = _input_size(model, args.img_size or run.get('img_size'))
     x = torch.randn(args.check_batch, *input_size)
@@ -192,7 +192,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             _logger.info(f'{onnx_path}: onnxruntime vs torch max |diff| {diff:.2e} (tolerance {args.onnx_atol:g})')
             if not diff <= args.onnx_atol:
                 raise SystemExit(f'ONNX output differs from PyTorch by {diff:.3e} > {args.onnx_atol:g}')
-    _common.write_results(out / 'export.json', result)
+    common.write_results(out / 'export.json', result)
     return result
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from timm.utils import reparameterize_model
 
-from . import _common
+from . import common
 
 __all__ = ['main', 'run', 'build_parser', 'plot_kernels', 'plot_alpha', 'plot_tradeoff', 'alpha_fractions']
 
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest='figure', required=True)
     for name, help_ in (('kernels', 'reparameterized kernels per stage (Fig. 5)'), ('alpha', 'alpha norms (Fig. 3)')):
         q = sub.add_parser(name, help=help_)
-        _common.add_model_source_args(q)
+        common.add_model_source_args(q)
         q.add_argument('--output', '-o', default=f'{name}.png')
         q.add_argument('--title', default='')
         if name == 'kernels':
@@ -253,11 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> Path:
     """Write the requested figure; returns its path."""
-    _common.setup_logging()
+    common.setup_logging()
     args = build_parser().parse_args(argv)
     if args.figure == 'tradeoff':
-        bench = _common.read_results(args.benchmark)
-        results = [r for f in args.results for r in _common.read_results(f)]
+        bench = common.read_results(args.benchmark)
+        results = [r for f in args.results for r in common.read_results(f)]
         manual = {}
         for item in args.accuracy:
             name, _, val = item.rpartition('=')
@@ -265,7 +265,7 @@ def run(argv: list[str] | None = None) -> Path:
         path, points = plot_tradeoff(bench, results, args.output, manual, args.title)
         _logger.info(f'{path}: {len(points)} points')
         return path
-    model, _ = _common.model_from_args(args)
+    model, _ = common.model_from_args(args)
     if args.figure == 'kernels':
         path = plot_kernels(model, args.output, args.block, args.channels, args.title)
     else:

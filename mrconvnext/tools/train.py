@@ -64,10 +64,10 @@ from timm.utils import (
     update_summary,
 )
 
-from ..models._checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
-from . import _common
-from ._common import evaluate
-from ._compat import patch_timm_posterize
+from ..models.checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
+from . import common
+from .common import evaluate
+from .compat import patch_timm_posterize
 from .sync_bn import convert_sync_batchnorm
 
 __all__ = ['main', 'run', 'build_parser', 'kernel_param_groups', 'default_drop_path', 'DROP_PATH']
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='extra create_model kwargs')
 
     g = p.add_argument_group('Device')
-    g.add_argument('--device', default=_common.default_device())
+    g.add_argument('--device', default=common.default_device())
     g.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
     g.add_argument('--amp-dtype', default='float16', help='float16 or bfloat16 (default: float16; CPU: bfloat16)')
     g.add_argument('--no-ddp-bb', action='store_true', help='DDP without buffer broadcast')
@@ -290,8 +290,8 @@ def _output_dir(args: argparse.Namespace, create: bool) -> Path:
 
 
 def _amp(args: argparse.Namespace, device: torch.device):
-    """The tools' AMP rule (:func:`~mrconvnext.tools._common.amp_autocast`) plus a loss scaler for float16 on CUDA."""
-    autocast, dtype = _common.amp_autocast(args.amp, args.amp_dtype, device)
+    """The tools' AMP rule (:func:`~mrconvnext.tools.common.amp_autocast`) plus a loss scaler for float16 on CUDA."""
+    autocast, dtype = common.amp_autocast(args.amp, args.amp_dtype, device)
     scaler = NativeScaler(device=device.type) if device.type == 'cuda' and dtype == torch.float16 else None
     return autocast, scaler
 
@@ -401,7 +401,7 @@ def _build_model(args: argparse.Namespace, device: torch.device, primary: bool) 
     random_seed(args.seed, 0)
     if args.drop_path is None:
         args.drop_path = default_drop_path(args.model)
-    model = _common.create_model(
+    model = common.create_model(
         args.model,
         pretrained=args.pretrained,
         num_classes=args.num_classes,
@@ -413,7 +413,7 @@ def _build_model(args: argparse.Namespace, device: torch.device, primary: bool) 
     if args.num_classes is None:
         args.num_classes = model.num_classes
     if args.initial_checkpoint:
-        _common.load_weights(model, args.initial_checkpoint)
+        common.load_weights(model, args.initial_checkpoint)
     if args.grad_checkpointing:
         model.set_grad_checkpointing(enable=True)
     random_seed(args.seed, args.rank)
@@ -621,7 +621,7 @@ def _record_epoch(epoch: int, train_metrics, eval_metrics, optimizer, args, outp
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Run training; returns ``output_dir``, ``best_metric``, ``best_epoch``, ``last_epoch``, ``eval_metrics``
     (of the last epoch) and ``model`` (the trained, unwrapped model of this process)."""
-    _common.setup_logging()
+    common.setup_logging()
     args = parse_args(argv)
     for module in args.device_modules or []:
         importlib.import_module(module)

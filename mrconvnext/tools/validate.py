@@ -24,7 +24,7 @@ import torch
 from timm.data import create_dataset, create_loader, resolve_data_config
 from timm.utils import reparameterize_model
 
-from . import _common
+from . import common
 
 __all__ = ['main', 'run', 'build_parser']
 
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--split', default='validation', metavar='NAME')
     p.add_argument('--dataset-download', action='store_true')
     p.add_argument('--class-map', default='', metavar='FILENAME')
-    _common.add_model_source_args(p, pretrained=True)
+    common.add_model_source_args(p, pretrained=True)
     p.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N')
     p.add_argument('--crop-pct', default=None, type=float)
     p.add_argument('--mean', type=float, nargs='+', default=None)
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--interpolation', default='')
     p.add_argument('-b', '--batch-size', type=int, default=256)
     p.add_argument('-j', '--workers', type=int, default=4)
-    p.add_argument('--device', default=_common.default_device())
+    p.add_argument('--device', default=common.default_device())
     p.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
     p.add_argument('--amp-dtype', default='float16')
     p.add_argument('--channels-last', action='store_true')
@@ -62,14 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Evaluate; returns the results dict (``top1``, ``top5``, ``loss``, ...)."""
-    _common.setup_logging()
+    common.setup_logging()
     args = build_parser().parse_args(argv)
     data_dir = args.data_dir or args.data
     if not data_dir and not args.dataset:
         raise SystemExit('mrconvnext-validate: give --data-dir (an ImageFolder root) or --dataset')
     device = torch.device(args.device)
 
-    model, info = _common.model_from_args(args)
+    model, info = common.model_from_args(args)
     if args.reparam:
         model = reparameterize_model(model)
     model.to(device).eval()
@@ -99,11 +99,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         device=device,
         use_prefetcher=False,
     )
-    amp_autocast, _ = _common.amp_autocast(args.amp, args.amp_dtype, device)
+    amp_autocast, _ = common.amp_autocast(args.amp, args.amp_dtype, device)
 
     run_model = torch.compile(model, backend=args.torchcompile) if args.torchcompile else model
     t0 = time.perf_counter()
-    metrics = _common.evaluate(
+    metrics = common.evaluate(
         run_model,
         loader,
         device,
@@ -138,7 +138,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         f'({results["param_count"]:.2f}M params, {results["img_s"]:.1f} img/s)'
     )
     if args.results_file:
-        _common.write_results(args.results_file, results)
+        common.write_results(args.results_file, results)
     return results
 
 

@@ -89,6 +89,9 @@ def test_export_save_load_round_trip(name, tmp_path):
     ep = _export(model, torch.randn(2, 3, SIZE, SIZE))
     if not name.startswith('lightconvnext'):  # LightConv is a plain grouped conv1d
         assert any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'the mixers should export as operators'
+    # engine='auto' exports the per-device operators (no engine in the graph): the program runs on CPU and CUDA
+    ops = {str(n.target).split('.')[1] for n in ep.graph.nodes if str(n.target).startswith('mrconvnext.')}
+    assert ops <= {'talk1d', 'talk2d', 'fft_conv', 'dynamic_conv'}, ops
     torch.export.save(ep, tmp_path / 'model.pt2')
     loaded = torch.export.load(tmp_path / 'model.pt2').module()
     x = torch.randn(3, 3, SIZE, SIZE)  # another batch size: the batch axis is dynamic

@@ -14,16 +14,16 @@ import torch
 import mrconvnext  # noqa: F401  (registers the models)
 from mrconvnext.ops import (
     dynamic_conv1d,
+    engines,
     light_conv1d,
     long_conv1d,
     talk1d,
     talk1d_reference,
     talk2d,
     talk2d_reference,
-    talk_backend,
 )
 from mrconvnext.ops.light_conv import dynamic_conv1d_unfold
-from tests.ops.test_talk import offsets_off_grid, random_offsets
+from tests.ops.talk.test_api import offsets_off_grid, random_offsets
 from tests.reference import shifted_sum_conv
 
 pytestmark = [
@@ -64,7 +64,17 @@ def grads(fn, inputs: list[torch.Tensor], seed: int = 123):
 
 
 def test_auto_picks_triton_on_cuda():
-    assert talk_backend(DEV, 'auto') == 'triton'
+    assert engines.talk_engine(DEV, 'auto') == 'triton'
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_per_device_operators_run_triton_on_cuda(dtype):
+    """engine='auto' calls the per-device operators (mrconvnext::talk1d / talk2d), whose CUDA kernels are the
+    Triton engine: forwards bitwise equal to engine='triton'."""
+    x, off = torch.randn(2, 8, 300, device=DEV, dtype=dtype), torch.rand(2, 2, 300, 2, device=DEV)
+    assert torch.equal(talk1d(x, off, 40, 30), talk1d(x, off, 40, 30, engine='triton'))
+    x2, off2 = torch.randn(2, 8, 12, 13, device=DEV, dtype=dtype), torch.rand(2, 2, 12, 13, 4, device=DEV)
+    assert torch.equal(talk2d(x2, off2, 3, 4, 5, 2), talk2d(x2, off2, 3, 4, 5, 2, engine='triton'))
 
 
 @pytest.mark.parametrize('dtype,tol', [(torch.float64, 1e-12), (torch.float32, 2e-6)])
@@ -80,7 +90,7 @@ def test_talk1d_against_float64_reference(dtype, tol, layout, case):
         B, C, H, L, ml, mr = 1, 8, 2, 20000, 5000, 3000
     x = torch.randn(B, C, L, dtype=dtype) if layout == 'contiguous' else torch.randn(B, L, C, dtype=dtype).mT
     off = random_offsets((B, H, L, 2), [ml, mr], dtype)
-    got = grads(lambda a, o: talk1d(a, o, ml, mr, backend='triton'), [x.to(DEV), off.to(DEV)])
+    got = grads(lambda a, o: talk1d(a, o, ml, mr, engine='triton'), [x.to(DEV), off.to(DEV)])
     ref = grads(lambda a, o: talk1d_reference(a, o, ml, mr), [x.double(), off.double()])
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         assert rel_err(a, b) < tol, name
@@ -94,7 +104,7 @@ def test_talk1d_half_rounds_once(dtype):
     B, C, H, L, ml, mr = 1, 8, 2, 12000, 60, 37
     x = (torch.randn(B, C, L) + 1.0).to(dtype)
     off = offsets_off_grid((B, H, L, 2), [ml, mr], torch.float32)
-    y = talk1d(x.to(DEV), off.to(DEV), ml, mr, backend='triton').cpu()
+    y = talk1d(x.to(DEV), off.to(DEV), ml, mr, engine='triton').cpu()
     ref = talk1d_reference(x.double(), off.double(), ml, mr)
     table_max = x.double().cumsum(-1).abs().max().item()
     bound = torch.finfo(dtype).eps / 2 * ref.abs() + 4 * torch.finfo(torch.float32).eps * table_max / (ml + mr + 1)
@@ -108,7 +118,7 @@ def test_talk2d_against_float64_reference(dtype, tol, size):
     maxes = (size[1] // 2, size[1] // 2, size[0] // 2, size[0] // 2)
     x = torch.randn(B, C, *size, dtype=dtype)
     off = random_offsets((B, H, *size, 4), list(maxes), dtype)
-    got = grads(lambda a, o: talk2d(a, o, *maxes, backend='triton'), [x.to(DEV), off.to(DEV)])
+    got = grads(lambda a, o: talk2d(a, o, *maxes, engine='triton'), [x.to(DEV), off.to(DEV)])
     ref = grads(lambda a, o: talk2d_reference(a, o, *maxes), [x.double(), off.double()])
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         assert rel_err(a, b) < tol, name
@@ -120,13 +130,13 @@ def test_talk_integer_boundaries_and_nan():
     B, C, H, L, ml, mr = 1, 4, 2, 13, 4, 3
     x = torch.randn(B, C, L, dtype=torch.float64)
     off = torch.stack([torch.randint(0, ml + 1, (B, H, L)) / ml, torch.randint(0, mr + 1, (B, H, L)) / mr], -1)
-    got = grads(lambda a, o: talk1d(a, o, ml, mr, backend='triton'), [x.to(DEV), off.double().to(DEV)])
+    got = grads(lambda a, o: talk1d(a, o, ml, mr, engine='triton'), [x.to(DEV), off.double().to(DEV)])
     ref = grads(lambda a, o: talk1d_reference(a, o, ml, mr), [x, off.double()])
     for a, b in zip(got, ref):
         assert rel_err(a, b) < 1e-12
     off = torch.rand(1, 1, 6, 2, device=DEV)
     off[0, 0, 3, 0] = float('nan')
-    y = talk1d(torch.randn(1, 2, 6, device=DEV), off, 3, 3, backend='triton')
+    y = talk1d(torch.randn(1, 2, 6, device=DEV), off, 3, 3, engine='triton')
     assert torch.isnan(y[..., 3]).all() and not torch.isnan(y[..., :3]).any()
 
 
@@ -135,16 +145,16 @@ def test_talk_gradcheck(case):
     if case == '1d':
         x = torch.randn(2, 4, 11, dtype=torch.float64, device=DEV, requires_grad=True)
         off = offsets_off_grid((2, 2, 11, 2), [4, 3]).to(DEV).requires_grad_()
-        fn = lambda a, o: talk1d(a, o, 4, 3, backend='triton')
+        fn = lambda a, o: talk1d(a, o, 4, 3, engine='triton')
     else:
         x = torch.randn(1, 4, 4, 5, dtype=torch.float64, device=DEV, requires_grad=True)
         off = offsets_off_grid((1, 2, 4, 5, 4), [2, 3, 2, 1]).to(DEV).requires_grad_()
-        fn = lambda a, o: talk2d(a, o, 2, 3, 2, 1, backend='triton')
+        fn = lambda a, o: talk2d(a, o, 2, 3, 2, 1, engine='triton')
     assert torch.autograd.gradcheck(fn, (x, off), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
 def test_talk_triton_opcheck():
-    from mrconvnext.ops import talk_triton as tt
+    from mrconvnext.ops.talk import engine_triton as tt
 
     x = torch.randn(2, 4, 20, device=DEV, requires_grad=True)
     off = torch.rand(2, 2, 20, 2, device=DEV, requires_grad=True)
@@ -162,16 +172,16 @@ def test_talk_triton_opcheck():
 # ---------------------------------------------------------------------------------- long / light / dynamic convs
 
 
-@pytest.mark.parametrize('backend', ['fft', 'direct'])
+@pytest.mark.parametrize('method', ['fft', 'direct'])
 @pytest.mark.parametrize('autocast', [None, torch.bfloat16, torch.float16])
-def test_long_conv1d(backend, autocast):
+def test_long_conv1d(method, autocast):
     B, C, L, K, zero_lag = 2, 8, 3136, 6271, 3135
     x, kernel, bias = torch.randn(B, C, L), torch.randn(C, K) / K**0.5, torch.randn(C)
     ref = grads(lambda a, k: shifted_sum_conv(a, k, zero_lag) + bias.double()[:, None], [x.double(), kernel.double()])
 
     def fn(a, k):
         with torch.autocast('cuda', dtype=autocast or torch.float32, enabled=autocast is not None):
-            return long_conv1d(a, k, bias.to(DEV), zero_lag=zero_lag, backend=backend)
+            return long_conv1d(a, k, bias.to(DEV), zero_lag=zero_lag, method=method)
 
     got = grads(fn, [x.to(DEV), kernel.to(DEV)])
     for a, b, name in zip(got, ref, ('y', 'dx', 'dkernel')):
@@ -195,13 +205,11 @@ def test_light_and_dynamic_conv():
 
 
 def test_flashfftconv_adapter():
-    from mrconvnext.ops import flashfft
-
-    if not flashfft.available():
-        pytest.skip('flashfftconv is not installed (optional backend)')
+    if engines.flashfft_module() is None:
+        pytest.skip('flashfftconv is not installed (optional engine)')
     B, C, L, K, zero_lag = 2, 8, 3136, 6271, 3135
     x, kernel = torch.randn(B, C, L), torch.randn(C, K) / K**0.5
-    got = long_conv1d(x.to(DEV, torch.bfloat16), kernel.to(DEV), zero_lag=zero_lag, backend='flashfft')
+    got = long_conv1d(x.to(DEV, torch.bfloat16), kernel.to(DEV), zero_lag=zero_lag, engine='flashfft')
     ref = shifted_sum_conv(x.to(torch.bfloat16).double(), kernel.double(), zero_lag)
     assert rel_err(got, ref) < 2e-2
 

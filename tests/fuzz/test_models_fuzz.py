@@ -1,9 +1,9 @@
 """Property-based fuzzing of whole models at random input sizes, in training and eval, against the same model
-running its mixers on an independent backend (float64).
+running its mixers on an independent method or engine (float64).
 
 Layer scale is raised to 1.0: at timm's default 1e-6 the logits barely see the mixers and a model-level check could
 not catch a mixer error. MRConv: the FFT engines (fused CPU kernels, the fused conv + BatchNorm op) against
-``backend='direct'`` (``F.conv1d``, ``F.batch_norm``); branched against reparameterized. TaLK: the native/fused
+``method='direct'`` (``F.conv1d``, ``F.batch_norm``); branched against reparameterized. TaLK: the native/fused
 kernels against TaLK's reference (cumsum + gather + autograd).
 """
 
@@ -52,7 +52,7 @@ def test_mrconvnext_fft_engines_against_direct(size, train, kernel_type):
             if isinstance(m, torch.nn.BatchNorm1d):
                 m.running_mean.normal_()
                 m.running_var.uniform_(0.5, 2.0)
-    direct = _set(copy.deepcopy(model), MRConv1d, backend='direct')
+    direct = _set(copy.deepcopy(model), MRConv1d, method='direct', engine='auto')
     x = torch.randn(2, 3, *size, dtype=torch.float64)
     y, gx = _run(model, x, train)
     ry, rgx = _run(direct, x, train)
@@ -69,7 +69,7 @@ def test_mrconvnext_fft_engines_against_direct(size, train, kernel_type):
 @given(size=SIZES, train=st.booleans(), name=st.sampled_from(['talkconvnext_atto', 'talkconvnext2d_atto']))
 def test_talkconvnext_against_reference(size, train, name):
     model = timm.create_model(name, num_classes=5, ls_init_value=1.0, img_size=48).double()
-    ref = _set(copy.deepcopy(model), (TaLKConv1d, TaLKConv2d), backend='reference')
+    ref = _set(copy.deepcopy(model), (TaLKConv1d, TaLKConv2d), engine='reference')
     x = torch.randn(2, 3, *size, dtype=torch.float64)
     y, gx = _run(model, x, train)
     ry, rgx = _run(ref, x, train)

@@ -1,11 +1,9 @@
 """Property-based fuzzing of the ops and mixers against the float64 references (hypothesis, bounded examples).
 
-Each property draws shapes, lags, layouts, backends and values (special values included) and checks the package
+Each property draws shapes, lags, layouts, methods, engines and values (special values included) and checks the package
 against an independent computation: a loop over taps (tests/reference.py), float64 BatchNorm, TaLK's reference.
 Example counts are set per test (``FUZZ``) so the suite stays within CI's budget.
 """
-
-import contextlib
 
 import pytest
 import torch
@@ -14,26 +12,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mrconvnext.layers import MRConv1d
-from mrconvnext.ops import _native, long_conv, long_conv1d, talk1d, talk2d
-from mrconvnext.ops.conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from mrconvnext.ops import engines, long_conv1d, talk1d, talk2d
+from mrconvnext.ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from tests.reference import shifted_sum_conv
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 FUZZ_SLOW = settings(FUZZ, max_examples=25)
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
-HAVE_NATIVE_TALK = _native.load_talk_cpu() is not None
-
-
-@contextlib.contextmanager
-def _engine(name):
-    """Run the CPU FFT path on the fused native kernels or on torch.fft chunks."""
-    saved = long_conv._fused_kernels
-    if name == 'torch':
-        long_conv._fused_kernels = lambda x: None
-    try:
-        yield
-    finally:
-        long_conv._fused_kernels = saved
+HAVE_NATIVE_TALK = engines.load_native(engines.TALK_EXT) is not None
+FFT_ENGINES = ['native', 'torch'] if engines.load_native(engines.FFTCONV_EXT) is not None else ['torch']
 
 
 def _layout(x, layout):
@@ -54,20 +41,20 @@ def _layout(x, layout):
     K_extra=st.integers(0, 90),
     lag_frac=st.floats(0, 1),
     N=st.sampled_from([None, 1, 3]),
-    backend=st.sampled_from(['fft', 'direct', 'auto']),
-    engine=st.sampled_from(['fused', 'torch']),
+    method=st.sampled_from(['fft', 'direct', 'auto']),
+    engine=st.sampled_from(FFT_ENGINES),
     layout=st.sampled_from(['contiguous', 'channels_last', 'strided']),
     with_bias=st.booleans(),
     grad=st.booleans(),
 )
-def test_long_conv1d(B, C, L, K_extra, lag_frac, N, backend, engine, layout, with_bias, grad):
+def test_long_conv1d(B, C, L, K_extra, lag_frac, N, method, engine, layout, with_bias, grad):
     K = 1 + K_extra  # up to K > 2L
     zero_lag = min(K - 1, int(lag_frac * K))
     x = _layout(torch.randn(B, C, L, dtype=torch.float64), layout).requires_grad_(grad)
     k = torch.randn(*((N,) if N else ()), C, K, dtype=torch.float64).requires_grad_(grad)
     bias = torch.randn(C, dtype=torch.float64) if with_bias else None
-    with _engine(engine), torch.set_grad_enabled(grad):
-        y = long_conv1d(x, k, bias, zero_lag=zero_lag, backend=backend)
+    with torch.set_grad_enabled(grad):
+        y = long_conv1d(x, k, bias, zero_lag=zero_lag, method=method, engine='auto' if method == 'direct' else engine)
     kk = k if N else k.unsqueeze(0)
     ref = torch.stack([shifted_sum_conv(x, kk[i], zero_lag) for i in range(kk.shape[0])], 1)
     if bias is not None:
@@ -132,10 +119,10 @@ def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, sprea
     seq_len=st.integers(2, 40),
     causal=st.booleans(),
     lengths=st.lists(st.integers(1, 90), min_size=2, max_size=6),
-    backend=st.sampled_from(['fft', 'auto']),
+    method=st.sampled_from(['fft', 'auto']),
 )
-def test_deployed_layer_on_a_sequence_of_lengths(C, seq_len, causal, lengths, backend):
-    m = MRConv1d(C, seq_len, causal=causal, max_branches=2, kernel_type='dense', backend=backend).double().eval()
+def test_deployed_layer_on_a_sequence_of_lengths(C, seq_len, causal, lengths, method):
+    m = MRConv1d(C, seq_len, causal=causal, max_branches=2, kernel_type='dense', method=method).double().eval()
     m.reparameterize()
     with torch.no_grad():
         m.kernel.normal_()
@@ -167,14 +154,14 @@ def _offsets(shape, specials):
     max_left=st.integers(0, 40),
     max_right=st.integers(0, 40),
     specials=st.lists(_SPECIAL, max_size=8),
-    backend=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
+    engine=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
     dtype=st.sampled_from([torch.float64, torch.float32]),
 )
-def test_talk1d_backends(B, heads, per_head, L, max_left, max_right, specials, backend, dtype):
+def test_talk1d_engines(B, heads, per_head, L, max_left, max_right, specials, engine, dtype):
     x = torch.randn(B, heads * per_head, L, dtype=dtype)
     off = _offsets((B, heads, L, 2), specials)
-    y = talk1d(x, off.to(dtype), max_left, max_right, backend=backend)
-    ref = talk1d(x.double(), off, max_left, max_right, backend='reference')
+    y = talk1d(x, off.to(dtype), max_left, max_right, engine=engine)
+    ref = talk1d(x.double(), off, max_left, max_right, engine='reference')
     assert torch.equal(torch.isnan(y), torch.isnan(ref))
     tol = 1e-10 if dtype == torch.float64 else 1e-5
     ok = ~torch.isnan(ref)
@@ -189,13 +176,13 @@ def test_talk1d_backends(B, heads, per_head, L, max_left, max_right, specials, b
     W=st.integers(1, 9),
     maxes=st.tuples(*[st.integers(0, 10)] * 4),
     specials=st.lists(_SPECIAL, max_size=8),
-    backend=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
+    engine=st.sampled_from(['torch', 'native'] if HAVE_NATIVE_TALK else ['torch']),
 )
-def test_talk2d_backends(heads, per_head, H, W, maxes, specials, backend):
+def test_talk2d_engines(heads, per_head, H, W, maxes, specials, engine):
     x = torch.randn(2, heads * per_head, H, W, dtype=torch.float64)
     off = _offsets((2, heads, H, W, 4), specials)
-    y = talk2d(x, off, *maxes, backend=backend)
-    ref = talk2d(x, off, *maxes, backend='reference')
+    y = talk2d(x, off, *maxes, engine=engine)
+    ref = talk2d(x, off, *maxes, engine='reference')
     assert torch.equal(torch.isnan(y), torch.isnan(ref))
     ok = ~torch.isnan(ref)
     torch.testing.assert_close(y[ok], ref[ok], rtol=1e-10, atol=1e-10)

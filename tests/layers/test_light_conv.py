@@ -230,3 +230,15 @@ def test_bad_forward_input_2d(cls: type) -> None:
         m(torch.randn(2, 8, 16))
     with pytest.raises(ValueError, match=r'expects 8 channels, got 6'):
         m(torch.randn(2, 6, 4, 4))
+
+
+def test_dynamic_conv_layers_take_an_engine():
+    """The layers validate ``engine`` at construction (DynamicConv has one engine so far: PyTorch ops)."""
+    from mrconvnext.layers.light_conv import DynamicConv1d, DynamicConv2d
+
+    x = torch.randn(2, 8, 5, 6)
+    a, b = DynamicConv2d(8, (5, 6), kernel_size=3, num_heads=2), DynamicConv2d(8, (5, 6), 3, 2, engine='torch')
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a(x), b(x))
+    with pytest.raises(ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch'\), got 'triton'"):
+        DynamicConv1d(8, 3, 2, engine='triton')

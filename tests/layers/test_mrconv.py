@@ -329,20 +329,20 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momen
     synchronized, norm module is used): outputs, gradients and running statistics. 'fused-kernel' is the
     native conv + BatchNorm + sum op of CPU training; 'alpha-in-affine' the F.batch_norm path used otherwise
     (and in eval mode by both)."""
-    from mrconvnext.layers import mrconv as mrconv_module
+    from mrconvnext.layers import branch_norm
+    from mrconvnext.ops import branch_conv_bn_sum_supported
 
-    if path == 'alpha-in-affine':
-        monkeypatch.setattr(mrconv_module, 'branch_conv_bn_sum_supported', lambda x: False)
-    elif not mrconv_module.branch_conv_bn_sum_supported(torch.zeros(1, 1, 1)):
+    if path == 'fused-kernel' and not branch_conv_bn_sum_supported(torch.zeros(1, 1, 1)):
         pytest.skip('fused CPU extension unavailable (no MKL or no compiler)')
     calls = []
-    real_op = mrconv_module.branch_conv_bn_sum
-    monkeypatch.setattr(mrconv_module, 'branch_conv_bn_sum', lambda *a, **k: calls.append(1) or real_op(*a, **k))
+    real_op = branch_norm.branch_conv_bn_sum
+    monkeypatch.setattr(branch_norm, 'branch_conv_bn_sum', lambda *a, **k: calls.append(1) or real_op(*a, **k))
 
     class OtherNorm(torch.nn.BatchNorm1d):  # any subclass takes the generic path
         pass
 
     fused = _make('fourier_sparse', 'bn', seq_len=40).double()
+    fused.engine = 'auto' if path == 'fused-kernel' else 'torch'  # the torch engine trains through F.batch_norm
     generic = _make('fourier_sparse', 'bn', seq_len=40).double()
     fused.bn.momentum = momentum
     generic.load_state_dict(fused.state_dict())
@@ -374,7 +374,7 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momen
 
 def test_deployed_layer_on_changing_lengths_issue_reproducer():
     # Regression (issue 13): L=19 then L=20 share an FFT size; the cached spectrum of the 19-lag crop was reused.
-    m = MRConv1d(4, 20, causal=True, max_branches=1, backend='fft').eval()
+    m = MRConv1d(4, 20, causal=True, max_branches=1, method='fft').eval()
     m.reparameterize()
     with torch.no_grad():
         m.kernel.normal_()

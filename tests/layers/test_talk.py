@@ -68,16 +68,16 @@ def test_2d_constructor_contract(cls):
     m = cls(16, (14, 14))
     x = torch.randn(2, 16, 14, 14)
     assert m(x).shape == x.shape
-    m2 = cls(16, input_size=(14, 14), num_heads=4, offsets_dropout=0.1, backend='torch')
+    m2 = cls(16, input_size=(14, 14), num_heads=4, offsets_dropout=0.1, engine='torch')
     assert m2(x).shape == x.shape
     assert m2(torch.randn(1, 16, 10, 12)).shape == (1, 16, 10, 12)  # other sizes run too
 
 
-@pytest.mark.parametrize('backend', ['torch', 'native', 'reference'])
-def test_module_backends_agree(backend):
+@pytest.mark.parametrize('engine', ['torch', 'native', 'reference'])
+def test_module_engines_agree(engine):
     torch.manual_seed(0)
-    m = TaLKConv2d(8, (6, 5), num_heads=2, backend=backend)
-    ref = TaLKConv2d(8, (6, 5), num_heads=2, backend='reference')
+    m = TaLKConv2d(8, (6, 5), num_heads=2, engine=engine)
+    ref = TaLKConv2d(8, (6, 5), num_heads=2, engine='reference')
     ref.load_state_dict(m.state_dict())
     x = torch.randn(2, 8, 6, 5, dtype=torch.float64)
     m.double()
@@ -92,8 +92,8 @@ def test_channels_last_input_matches_reference(cls):
     contiguous copy (float64)."""
     torch.manual_seed(0)
     module = TaLKConvFlat2d if cls == 'flat' else TaLKConv2d
-    m = module(8, (6, 5), num_heads=2, backend='auto').double()
-    ref = module(8, (6, 5), num_heads=2, backend='reference').double()
+    m = module(8, (6, 5), num_heads=2, engine='auto').double()
+    ref = module(8, (6, 5), num_heads=2, engine='reference').double()
     ref.load_state_dict(m.state_dict())
     x = torch.randn(2, 6, 5, 8, dtype=torch.float64).permute(0, 3, 1, 2).requires_grad_()
     assert not x.is_contiguous()
@@ -124,7 +124,7 @@ def test_offsets_dropout_in_module():
 
 
 def test_half_input_uses_float32_offsets():
-    m = TaLKConv1d(4, seq_len=4096, num_heads=2, backend='torch')
+    m = TaLKConv1d(4, seq_len=4096, num_heads=2, engine='torch')
     x = torch.randn(1, 4, 4096).to(torch.bfloat16)
     off = m.compute_offsets(x)
     assert off.dtype == torch.float32
@@ -143,7 +143,9 @@ def test_half_input_uses_float32_offsets():
         (dict(dim=4, seq_len=8, max_left=2**63), ValueError, r'max_left must be an int in \[0, 2147483647\]'),
         (dict(dim=4, seq_len=8, causal=True, max_right=3), ValueError, r'causal=True needs max_right=0'),
         (dict(dim=4, seq_len=8, offsets_dropout=1.5), ValueError, r'offsets_dropout must be in \[0, 1\]'),
-        (dict(dim=4, seq_len=8, backend='cuda'), ValueError, r'backend must be one of'),
+        (dict(dim=4, seq_len=8, engine='cuda'), ValueError, r"TaLKConv1d: engine must be one of \('auto', 'native'"),
+        (dict(dim=4, seq_len=8, backend='cuda'), ValueError, r'TaLKConv1d: backend must be one of'),
+        (dict(dim=4, seq_len=8, backend='torch', engine='native'), ValueError, r'give one or the other'),
         (dict(dim=4.0, seq_len=8), TypeError, r'dim must be an int'),
     ],
 )

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 import mrconvnext
 from mrconvnext.models import read_state_dict
-from mrconvnext.tools._common import load_weights
+from mrconvnext.tools.common import load_weights
 
 
 class _Evil:

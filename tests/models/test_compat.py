@@ -37,3 +37,37 @@ def test_old_save_for_hf_directory_loads_with_the_same_outputs(key):
     model = timm.create_model(f'local-dir:{FIXTURE / f"hf-{key}"}', pretrained=True).eval()
     with torch.no_grad():
         _close(model(OUTPUTS['x']), OUTPUTS[key])
+
+
+# The old ``backend`` keyword in a saved config (``model_args``): (family key, old value, the new spelling)
+OLD_CONFIGS = [
+    ('mrconvnext', 'fft', dict(method='fft')),
+    ('mrconvnext', 'direct', dict(method='direct')),
+    ('mrconvnext_deployed', 'fft', dict(method='fft')),
+    ('talkconvnext', 'torch', dict(engine='torch')),
+    ('talkconvnext2d', 'reference', dict(engine='reference')),
+]
+
+
+@pytest.mark.parametrize('key, backend, new', OLD_CONFIGS)
+def test_old_config_with_backend_loads_with_a_warning_and_the_same_outputs(key, backend, new, tmp_path):
+    """A ``save_for_hf`` directory whose config still says ``backend=...`` (the spelling before ``method`` /
+    ``engine``) loads, warns once that the keyword is deprecated, and computes what the new spelling computes
+    (bitwise) and what the old version computed with ``'auto'`` (within 1e-5 of the logit scale: another method
+    rounds differently in float32)."""
+    src = FIXTURE / f'hf-{key}'
+    dst = tmp_path / f'hf-{key}'
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    config = json.loads((src / 'config.json').read_text())
+    config['model_args']['backend'] = backend
+    (dst / 'config.json').write_text(json.dumps(config))
+    with pytest.warns(DeprecationWarning, match=f'backend={backend!r} is deprecated'):
+        old = timm.create_model(f'local-dir:{dst}', pretrained=True).eval()
+    new_model = timm.create_model(f'local-dir:{src}', pretrained=True, **new).eval()
+    with torch.no_grad():
+        y = old(OUTPUTS['x'])
+        assert torch.equal(y, new_model(OUTPUTS['x']))
+        ref = OUTPUTS[key]
+        assert (y - ref).abs().max() <= 1e-5 * ref.abs().max()

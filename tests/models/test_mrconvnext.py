@@ -124,3 +124,22 @@ def test_meta_device_forward(deployed):
         assert model.forward_features(x).shape == (2, 320, 2, 2)
         feats = model.forward_intermediates(x, intermediates_only=True)
         assert [f.shape[-1] for f in feats] == [16, 8, 4, 2] and all(f.device.type == 'meta' for f in feats)
+
+
+def test_num_taps_has_one_default_and_is_honoured_for_dilated_kernels():
+    """The layer decides ``num_taps`` when it is not given (80 sparse taps per branch, the kernel size per side for
+    dilated branches), the model passes what it is given through: a model's mixers and a layer built alone
+    agree, and an explicit ``num_taps`` reaches a dilated model's branches (it was dropped)."""
+    from mrconvnext.layers import MRConv2d
+    from mrconvnext.layers.mrconv import SPARSE_TAPS
+
+    model = timm.create_model('mrconvnext_atto', img_size=64, kernel_type='sparse')
+    mixer = model.stages[0].blocks[0].conv_dw
+    alone = MRConv2d(mixer.dim, (16, 16), kernel_size=mixer.kernel_size, kernel_type='sparse')
+    assert [b.weight.shape for b in mixer.branches] == [b.weight.shape for b in alone.branches]
+    assert mixer.branches[-1].weight.shape[1] == min(SPARSE_TAPS, mixer.branches[-1].size)
+    dilated = timm.create_model('mrconvnext_atto', img_size=64, kernel_type='dilated', num_taps=2)
+    branches = dilated.stages[0].blocks[0].conv_dw.branches
+    assert all(b.weight.shape[1] == 3 for b in branches)  # 2 taps per side sharing the centre
+    default = timm.create_model('mrconvnext_atto', img_size=64, kernel_type='dilated').stages[0].blocks[0].conv_dw
+    assert default.branches[0].weight.shape[1] == 2 * default.kernel_size - 1  # dilation 1: kernel_size per side

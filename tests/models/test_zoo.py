@@ -204,3 +204,21 @@ def test_torch_hub_local():
     hub = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hub)
     assert set(mrconvnext.models.list_models()) <= set(dir(hub)) and 'torch' in hub.dependencies
+
+
+@pytest.mark.parametrize(
+    'name, kwargs, cls, attr',
+    [
+        ('mrconvnext_atto', dict(method='direct', engine='torch'), 'MRConv2d', ('method', 'engine')),
+        ('talkconvnext_atto', dict(engine='torch'), 'TaLKConvFlat2d', ('engine',)),
+        ('talkconvnext2d_atto', dict(engine='reference'), 'TaLKConv2d', ('engine',)),
+        ('dynconvnext_atto', dict(engine='torch'), 'DynamicConv2d', ('engine',)),
+    ],
+)
+def test_models_pass_method_and_engine_to_every_mixer(name, kwargs, cls, attr):
+    model = timm.create_model(name, img_size=32, **kwargs)
+    mixers = [m for m in model.modules() if type(m).__name__ == cls]
+    assert len(mixers) == 12  # atto: depths (2, 2, 6, 2)
+    assert all(tuple(getattr(m, a) for a in attr) == tuple(kwargs[a] for a in attr) for m in mixers)
+    with pytest.raises(ValueError, match='engine must be one of'):
+        timm.create_model(name, img_size=32, engine='cuda')

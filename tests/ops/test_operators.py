@@ -1,13 +1,15 @@
 """The custom operators (torch.library) behind the ops: opcheck (schema, fake tensors, autograd registration, AOT
 dispatch) on fresh random float64 inputs, channels-last layouts and optional arguments included, and the meta device.
-Their values are tested against the references in test_long_conv.py / test_conv_bn_sum.py."""
+Their values are tested against the references in long_conv/test_api.py / long_conv/test_conv_bn_sum.py."""
 
 import pytest
 import torch
 
-from mrconvnext.ops import long_conv1d
-from mrconvnext.ops.conv_bn_sum import _conv_bn_sum, _conv_bn_sum_backward, branch_conv_bn_sum_supported
-from mrconvnext.ops.long_conv import fft_conv, fft_conv_backward
+from mrconvnext.ops import engines, long_conv1d
+from mrconvnext.ops.long_conv import branch_conv_bn_sum_supported
+from mrconvnext.ops.long_conv import operators as lc_ops
+from mrconvnext.ops.long_conv.conv_bn_sum import conv_bn_sum_backward_op, conv_bn_sum_op
+from mrconvnext.ops.talk import operators as talk_ops
 
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
 
@@ -17,11 +19,13 @@ def _x(layout, B=2, C=3, L=10):
     return x.transpose(1, 2).contiguous().transpose(1, 2) if layout == 'channels_last' else x
 
 
+@pytest.mark.parametrize('op', ['fft_conv', 'fft_conv_torch'])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 @pytest.mark.parametrize('N', [1, 3])
 @pytest.mark.parametrize('with_bias', [False, True])
 @pytest.mark.parametrize('K, zero_lag', [(7, 3), (25, 0), (31, 24)])  # within, and reaching past both ends
-def test_opcheck_fft_conv(layout, N, with_bias, K, zero_lag):
+def test_opcheck_fft_conv(op, layout, N, with_bias, K, zero_lag):
+    fft_conv, fft_conv_backward = getattr(lc_ops, op), getattr(lc_ops, f'{op}_backward')
     x = _x(layout).requires_grad_()
     k = torch.randn(N, 3, K, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, requires_grad=True) if with_bias else None
@@ -38,9 +42,10 @@ def test_fft_conv_gradcheck_with_cropped_taps():
     x = torch.randn(2, 3, 9, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 3, 25, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda x, k, b: fft_conv(x, k, 12, b), (x, k, b))
-    (g,) = torch.autograd.grad(fft_conv(x, k, 12).sum(), k)
-    assert g[..., :4].abs().max() == 0 and g[..., -4:].abs().max() == 0
+    for fft_conv in (lc_ops.fft_conv, lc_ops.fft_conv_torch):
+        torch.autograd.gradcheck(lambda x, k, b, op=fft_conv: op(x, k, 12, b), (x, k, b))
+        (g,) = torch.autograd.grad(fft_conv(x, k, 12).sum(), k)
+        assert g[..., :4].abs().max() == 0 and g[..., -4:].abs().max() == 0
 
 
 @pytest.mark.skipif(not HAVE_FUSED, reason='fused CPU extension unavailable (no MKL/compiler)')
@@ -51,61 +56,75 @@ def test_opcheck_branch_conv_bn_sum(layout):
     k = torch.randn(N, 3, n, dtype=torch.float64, requires_grad=True)
     ones = torch.rand(N, 3, 10, dtype=torch.float64)
     w, b, a = (torch.randn(N, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    torch.library.opcheck(_conv_bn_sum, (x, k, ones, w, b, a, n, 1e-5))
-    _, stats, z, k_f = _conv_bn_sum(x.detach(), k.detach(), ones, w.detach(), b.detach(), a.detach(), n, 1e-5)
+    torch.library.opcheck(conv_bn_sum_op, (x, k, ones, w, b, a, n, 1e-5))
+    _, stats, z, k_f = conv_bn_sum_op(x.detach(), k.detach(), ones, w.detach(), b.detach(), a.detach(), n, 1e-5)
     g = torch.randn_like(x)
     args = (g, x.detach(), k_f, z, stats, w.detach(), b.detach(), a.detach(), n, 1e-5)
     for need in [(True, True), (False, True), (True, False)]:
-        torch.library.opcheck(_conv_bn_sum_backward, (*args, *need))
+        torch.library.opcheck(conv_bn_sum_backward_op, (*args, *need))
 
 
 @pytest.mark.parametrize('stacked', [False, True])
 def test_long_conv1d_on_the_meta_device(stacked):
     x = torch.empty(2, 4, 50, device='meta')
     k = torch.empty(*((3,) if stacked else ()), 4, 99, device='meta')
-    y = long_conv1d(x, k, torch.empty(4, device='meta'), zero_lag=49, backend='fft')
+    y = long_conv1d(x, k, torch.empty(4, device='meta'), zero_lag=49, method='fft')
     assert y.device.type == 'meta' and y.shape == ((2, 3, 4, 50) if stacked else (2, 4, 50))
 
 
 # ---------------------------------------------------------------------------------------- TaLK and DynamicConv
 
 
-def _talk_backends():
-    from mrconvnext.ops._native import talk_native_available
-
-    return ['torch'] + (['native'] if talk_native_available('cpu') else [])
-
-
-@pytest.mark.parametrize('backend', _talk_backends())
+@pytest.mark.parametrize('op', ['talk1d', 'talk1d_torch'])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
-def test_opcheck_talk1d(backend, layout):
-    from mrconvnext.ops.talk import talk1d_backward_op, talk1d_op
-
+def test_opcheck_talk1d(op, layout):
+    """The per-device operator (the native kernel here, where it builds) and the PyTorch engine's."""
+    forward, backward = getattr(talk_ops, op), getattr(talk_ops, f'{op}_backward')
     x = _x(layout, C=4).requires_grad_()
     off = torch.rand(2, 2, 10, 2, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(talk1d_op, (x, off, 3, 2, backend))
+    torch.library.opcheck(forward, (x, off, 3, 2))
     g = torch.randn(2, 4, 10, dtype=torch.float64)
     for need in [(True, True), (True, False), (False, True)]:
-        torch.library.opcheck(talk1d_backward_op, (g, x.detach(), off.detach(), 3, 2, backend, *need))
+        torch.library.opcheck(backward, (g, x.detach(), off.detach(), 3, 2, *need))
 
 
-@pytest.mark.parametrize('backend', _talk_backends())
-def test_opcheck_talk2d(backend):
-    from mrconvnext.ops.talk import talk2d_backward_op, talk2d_op
-
+@pytest.mark.parametrize('op', ['talk2d', 'talk2d_torch'])
+def test_opcheck_talk2d(op):
+    forward, backward = getattr(talk_ops, op), getattr(talk_ops, f'{op}_backward')
     x = torch.randn(2, 4, 5, 6, dtype=torch.float64, requires_grad=True)
     off = torch.rand(2, 2, 5, 6, 4, dtype=torch.float64, requires_grad=True)
     maxes = (2, 1, 1, 2)
-    torch.library.opcheck(talk2d_op, (x, off, *maxes, backend))
-    _, P = talk2d_op(x.detach(), off.detach(), *maxes, backend)
+    torch.library.opcheck(forward, (x, off, *maxes))
+    _, P = forward(x.detach(), off.detach(), *maxes)
     g = torch.randn(2, 4, 5, 6, dtype=torch.float64)
     for need in [(True, True), (True, False), (False, True)]:
-        torch.library.opcheck(talk2d_backward_op, (g, P, off.detach(), *maxes, backend, *need))
+        torch.library.opcheck(backward, (g, P, off.detach(), *maxes, *need))
+
+
+@pytest.mark.parametrize(
+    ('name', 'devices'),
+    [
+        ('talk1d', ('CPU', 'CUDA')),
+        ('talk1d_backward', ('CPU', 'CUDA')),
+        ('talk2d', ('CPU', 'CUDA')),
+        ('talk2d_backward', ('CPU', 'CUDA')),
+        ('fft_conv', ('CPU',)),
+        ('fft_conv_backward', ('CPU',)),
+        ('branch_conv_bn_sum', ('CPU',)),
+    ],
+)
+def test_operators_have_a_kernel_per_device(name, devices):
+    """One schema, a kernel per device as ATen's operators have: no engine string in any schema, and the devices'
+    own implementations registered for their dispatch keys (the rest runs the default, PyTorch-op implementation)."""
+    schema = str(getattr(torch.ops.mrconvnext, name).default._schema)
+    assert 'str ' not in schema and 'backend' not in schema and 'engine' not in schema, schema
+    for key in devices:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f'mrconvnext::{name}', key), (name, key)
 
 
 @pytest.mark.parametrize('zero_lag', [0, 2, 4])
 def test_opcheck_dynamic_conv(zero_lag):
-    from mrconvnext.ops.light_conv import dynamic_conv_backward_op, dynamic_conv_op
+    from mrconvnext.ops.light_conv.operators import dynamic_conv_backward_op, dynamic_conv_op
 
     x4 = torch.randn(2, 2, 3, 9, dtype=torch.float64, requires_grad=True)
     w_t = torch.randn(2, 2, 5, 9, dtype=torch.float64, requires_grad=True)
@@ -121,11 +140,10 @@ def test_opcheck_dynamic_conv(zero_lag):
 def test_decompositions_equal_the_operators():
     """Every entry of the export decomposition table computes its operator's outputs (float64, fresh inputs)."""
     from mrconvnext.ops.decompositions import decompositions
-    from mrconvnext.ops.talk import _triton_unavailable
 
-    triton = _triton_unavailable('cpu') is None  # the interpreter is on (no GPU): the Triton operators run here
+    triton = engines.triton_unavailable('cpu') is None  # the interpreter is on (no GPU): the Triton operators run here
     if triton:
-        from mrconvnext.ops import talk_triton  # noqa: F401  (registers the operators)
+        from mrconvnext.ops.talk import engine_triton  # noqa: F401  (registers the operators)
     table = decompositions()
     ops = torch.ops.mrconvnext
     d = dict(dtype=torch.float64)
@@ -133,10 +151,13 @@ def test_decompositions_equal_the_operators():
     x2, off2 = torch.randn(2, 4, 5, 6, **d), torch.rand(2, 1, 5, 6, 4, **d)
     kernel, bias = torch.randn(3, 4, 27, **d), torch.randn(4, **d)  # lags -13 .. 13 reach past both ends of 11
     cases = [
-        (ops.talk1d.default, (x1, off1, 3, 2, 'torch')),
-        (ops.talk2d.default, (x2, off2, 2, 1, 1, 2, 'torch')),
+        (ops.talk1d.default, (x1, off1, 3, 2)),
+        (ops.talk1d_torch.default, (x1, off1, 3, 2)),
+        (ops.talk2d.default, (x2, off2, 2, 1, 1, 2)),
+        (ops.talk2d_torch.default, (x2, off2, 2, 1, 1, 2)),
         (ops.dynamic_conv.default, (torch.randn(2, 2, 3, 9, **d), torch.randn(2, 2, 5, 9, **d), 2)),
         (ops.fft_conv.default, (x1, kernel, 13, bias)),
+        (ops.fft_conv_torch.default, (x1, kernel, 13, bias)),
     ]
     if triton:
         cases += [(ops.talk1d_triton.default, (x1, off1, 3, 2)), (ops.talk2d_triton.default, (x2, off2, 2, 1, 1, 2))]

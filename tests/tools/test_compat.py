@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 from timm.data import auto_augment
 
-from mrconvnext.tools import _compat
+from mrconvnext.tools import compat
 
 
 @pytest.fixture(autouse=True)
@@ -18,16 +18,16 @@ def _restore_timm_ops():
 
 def test_zero_bit_posterize_gives_a_black_image_after_the_patch():
     img = Image.new('RGB', (16, 16), (200, 100, 50))
-    _compat.patch_timm_posterize()
+    compat.patch_timm_posterize()
     op = auto_augment.AugmentOp('PosterizeIncreasing', prob=1.0, magnitude=10)  # 4 - int(4 * 10 / 10) = 0 bits
     out = op(img)
     assert out.size == img.size and out.getextrema() == ((0, 0), (0, 0), (0, 0))
     assert auto_augment.AugmentOp('PosterizeIncreasing', prob=1.0, magnitude=5)(img).getextrema() != out.getextrema()
-    assert _compat.posterize(img, 8) is img
+    assert compat.posterize(img, 8) is img
 
 
 def test_the_convnext_policy_runs_at_its_clipped_top_magnitude():
-    _compat.patch_timm_posterize()
+    compat.patch_timm_posterize()
     ra = auto_augment.rand_augment_transform('rand-m10-n2-inc1', {'translate_const': 10, 'img_mean': (124, 116, 104)})
     img = Image.new('RGB', (32, 32), (120, 60, 30))
     outputs = [ra(img) for _ in range(200)]  # every op of the policy, at magnitude 10, many times

@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 
 import mrconvnext  # noqa: F401
 from mrconvnext.tools import export, validate
-from mrconvnext.tools._common import model_from_source
+from mrconvnext.tools.common import model_from_source
 
 
 @pytest.fixture(scope='module')

@@ -4,7 +4,7 @@ import pytest
 import timm
 
 from mrconvnext.tools import plot
-from mrconvnext.tools._common import model_from_source
+from mrconvnext.tools.common import model_from_source
 
 PNG = b'\x89PNG\r\n\x1a\n'
 

@@ -1,0 +1,86 @@
+"""MRConv's per-branch BatchNorm and weighted sum (paper Eq. 10-12), with ``nn.BatchNorm1d``'s bookkeeping.
+
+The branches' BatchNorms are one ``BatchNorm1d(N * C)`` (channel ``i * C + c`` is branch ``i``'s channel ``c``) and
+``alpha (N, C)`` weighs them. Two training forms compute the same statistics, running-statistics updates and
+gradients: the fused operator :func:`~mrconvnext.ops.branch_conv_bn_sum` (convolution, BatchNorms and sum in one,
+where it runs) and ``F.batch_norm`` with alpha folded into its affine transform. Any other norm module (e.g. a
+synchronized BatchNorm after conversion) is called as it is, then weighted by alpha.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported
+
+__all__ = ['fused_applies', 'fused_conv_norm_sum', 'norm_sum', 'momentum_step']
+
+
+def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> bool:
+    """Training with batch statistics, a plain affine BatchNorm1d, the FFT method on the native engine (or
+    ``'auto'``) and a CPU float32/64 input: then :func:`fused_conv_norm_sum` runs the whole branch sum."""
+    return (
+        bn.training
+        and type(bn) is nn.BatchNorm1d
+        and bn.affine
+        and method in ('auto', 'fft')
+        and engine in ('auto', 'native')
+        and branch_conv_bn_sum_supported(x)
+    )
+
+
+def momentum_step(bn: nn.BatchNorm1d) -> float:
+    """Counts a training batch and returns the running-statistics momentum, as nn.BatchNorm1d does
+    (``momentum=None``: cumulative moving average)."""
+    bn.num_batches_tracked.add_(1)
+    return 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+
+
+def fused_conv_norm_sum(
+    bn: nn.BatchNorm1d, alpha: torch.Tensor, x: torch.Tensor, kernels: torch.Tensor, zero_lag: int
+) -> torch.Tensor:
+    """``sum_i alpha_i * bn_i(conv(x, kernel_i))`` for ``x (B, C, L)`` and ``kernels (N, C, K)`` through the fused
+    operator, with nn.BatchNorm1d's running-statistics updates."""
+    N, C = alpha.shape
+    dt = x.dtype
+    y, mean, var = branch_conv_bn_sum(
+        x, kernels, zero_lag, bn.weight.view(N, C).to(dt), bn.bias.view(N, C).to(dt), alpha.to(dt), bn.eps
+    )
+    if bn.track_running_stats:
+        momentum = momentum_step(bn)
+        M = x.shape[0] * x.shape[2]
+        with torch.no_grad():  # as F.batch_norm: the running variance is the unbiased one
+            bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
+            bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
+    return y
+
+
+def _batch_norm_alpha(bn: nn.BatchNorm1d, alpha: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``alpha * bn(y)`` with alpha folded into the BatchNorm's affine transform: one fused op instead of a
+    normalization and a weighted sum (same statistics, running-stat updates and gradients)."""
+    momentum = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats:
+        momentum = momentum_step(bn)
+    batch_stats = bn.training or bn.running_mean is None
+    a = alpha.reshape(-1).to(y.dtype)
+    return F.batch_norm(
+        y,
+        bn.running_mean if not bn.training or bn.track_running_stats else None,
+        bn.running_var if not bn.training or bn.track_running_stats else None,
+        a * bn.weight,
+        a * bn.bias,
+        batch_stats,
+        momentum,
+        bn.eps,
+    )
+
+
+def norm_sum(bn: nn.Module, alpha: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``sum_i alpha_i * bn_i(y_i)`` for the branch outputs ``y (B, N, C, L)`` -> ``(B, C, L)``."""
+    B, N, C = y.shape[:3]
+    flat = y.reshape(B, N * C, -1)
+    if type(bn) is nn.BatchNorm1d and bn.affine:
+        return _batch_norm_alpha(bn, alpha, flat).view(B, N, C, -1).sum(1)
+    return (bn(flat).view(B, N, C, -1) * alpha.to(y.dtype).unsqueeze(-1)).sum(1)

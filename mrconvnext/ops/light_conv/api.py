@@ -1,0 +1,128 @@
+"""Lightweight and dynamic convolutions (Wu et al., ICLR 2019) of ``(B, C, L)`` sequences.
+
+Functional ops only: the kernels arrive already normalized (softmax, DropConnect); see
+:mod:`mrconvnext.layers.light_conv` for the modules that own parameters.
+
+Heads
+-----
+``C`` channels are split into ``H`` heads of ``R = C // H`` *consecutive* channels; channel
+``c`` uses the kernel of head ``c // R`` (the paper's ``ceil(c H / d)`` in 1-based indexing).
+
+Lag convention (the package's, see :mod:`mrconvnext.ops.long_conv`)
+-------------------------------------------------------------------
+Tap ``k = 0 .. K-1`` has lag ``tau_k = k - zero_lag``; positive lags look into the past::
+
+    LightConv:    y[b, c, t] = bias[c] + sum_k w[h(c), k]       * x[b, c, t - tau_k]
+    DynamicConv:  y[b, c, t] = bias[c] + sum_k w[b, h(c), t, k] * x[b, c, t - tau_k]
+
+with zeros outside ``0 <= t - tau_k < L`` (linear, never circular). ``zero_lag`` is
+``(K - 1) // 2`` for bidirectional kernels and ``0`` for causal ones, so
+
+- bidirectional, odd K: lags ``-(K-1)/2 .. +(K-1)/2`` (centred, 'same');
+- bidirectional, even K: lags ``-(K/2 - 1) .. +K/2``: the extra tap is on the *past* side
+  (positive lag). In ``F.conv1d`` (cross-correlation) terms this is the flipped kernel with
+  ``K/2`` zeros of left padding and ``K/2 - 1`` of right padding;
+- causal: lags ``0 .. K-1`` (present and past only); ``w[..., 0]`` weighs the present.
+
+Any ``K >= 1`` is accepted, ``K > L`` included: taps with ``|tau| >= L`` reach no output and
+are skipped (their gradient is zero).
+
+Precision: fp16 / bf16 inputs are computed in float32 (autocast disabled inside) and the
+result is returned in ``promote_types(x.dtype, weight.dtype)``.
+
+``light_conv1d_unfold`` / ``dynamic_conv1d_unfold`` (:mod:`.reference`) are memory-heavy *benchmark baselines*
+(fairseq's unfold fallback: an explicit ``(B, C, L, K)`` copy); do not use them in models.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import engines
+from ..checks import autocast_off, check_choice
+from ..long_conv import long_conv1d
+from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
+from .operators import dynamic_conv_op
+
+__all__ = ['light_conv1d', 'dynamic_conv1d']
+
+# ----------------------------------------------------------------------------------------------
+# LightConv
+
+
+def light_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    num_heads: int,
+    causal: bool = False,
+) -> torch.Tensor:
+    """Depthwise convolution with one kernel per head, shared by the head's ``C // H`` channels.
+
+    x: ``(B, C, L)``; weight: ``(H, K)``, already normalized; bias: ``(C,)`` or None.
+    Returns ``(B, C, L)``. Lags as in the module docstring. Implemented as one grouped
+    ``F.conv1d``; the only expansion is of the ``(H, K)`` weights to ``(C, 1, K)``.
+    """
+    name = 'light_conv1d'
+    x = check_x(name, x)
+    weight = check_weight(name, x, weight)
+    B, C, L = x.shape
+    check_heads(name, C, num_heads)
+    if weight.ndim != 2 or weight.shape[0] != num_heads or weight.shape[1] < 1:
+        raise ValueError(f'{name} expects weight of shape (num_heads={num_heads}, K >= 1), got {tuple(weight.shape)}')
+    check_bias(name, x, bias)
+    # A depthwise convolution with the head's kernel repeated to its channels (a (C, K) copy of the
+    # tiny weight): the package's one direct-convolution implementation does the rest (lag crop,
+    # padding, float32 compute for half inputs).
+    _, out_dtype = compute_dtypes(x, weight)
+    kernel = weight.to(out_dtype).repeat_interleave(C // num_heads, dim=0)
+    zero_lag = zero_lag_for(weight.shape[1], causal)
+    return long_conv1d(x.to(out_dtype), kernel, bias, zero_lag=zero_lag, method='direct')
+
+
+# ----------------------------------------------------------------------------------------------
+# DynamicConv
+
+
+def dynamic_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    engine: str = 'auto',
+) -> torch.Tensor:
+    """Convolution with a kernel per position and head (already normalized).
+
+    x: ``(B, C, L)``; weight: ``(B, H, L, K)`` with ``C % H == 0``; bias: ``(C,)`` or None.
+    Returns ``(B, C, L)``. Lags as in the module docstring.
+
+    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``: it accumulates the K taps with
+    shifted views of x (``engine``: ``'auto'`` or ``'torch'``, the only one yet). Peak extra memory ``O(B C L + B H L K)`` in forward and backward;
+    autograd keeps only x and the weights. ``weight`` given as a transposed view of a
+    contiguous ``(B, H, K, L)`` tensor is used without a copy.
+    """
+    name = 'dynamic_conv1d'
+    check_choice(name, 'engine', engine, engines.DYNAMIC_CONV_ENGINES)  # one engine so far: PyTorch ops
+    x = check_x(name, x)
+    weight = check_weight(name, x, weight)
+    B, C, L = x.shape
+    if weight.ndim != 4:
+        raise ValueError(f'{name} expects weight of shape (B, H, L, K), got shape {tuple(weight.shape)}')
+    Bw, H, Lw, K = weight.shape
+    if Bw != B or Lw != L or K < 1:
+        raise ValueError(
+            f'{name} expects weight of shape (B={B}, H, L={L}, K >= 1) for x of shape '
+            f'{tuple(x.shape)}, got {tuple(weight.shape)}'
+        )
+    check_heads(name, C, H)
+    check_bias(name, x, bias)
+
+    compute, out_dtype = compute_dtypes(x, weight)
+    with autocast_off(x.device.type):
+        x4 = x.to(compute).contiguous().view(B, H, C // H, L)
+        w_t = weight.to(compute).transpose(2, 3).contiguous()
+        y = dynamic_conv_op(x4, w_t, zero_lag_for(K, causal)).view(B, C, L)
+        y = add_bias(y, bias)
+    return y.to(out_dtype)

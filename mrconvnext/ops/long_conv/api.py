@@ -1,0 +1,109 @@
+"""Depthwise linear long convolution of ``(B, C, L)`` sequences with per-channel kernels.
+
+Convention (used by every layer of the package)
+------------------------------------------------
+A kernel ``k`` of shape ``(C, K)`` (or ``(N, C, K)`` for ``N`` kernels applied to the same
+input) together with an integer ``zero_lag`` describes the lags ``tau = j - zero_lag`` for
+``j = 0 .. K-1``; the output is the *linear* (zero-padded, never circular) convolution::
+
+    y[b, c, t] = sum_j k[c, j] * x[b, c, t - (j - zero_lag)],   0 <= t < L
+
+so positive lags look into the past, negative lags into the future. ``zero_lag = 0`` is a
+causal kernel; a bidirectional kernel of reach ``R`` has ``K = 2R - 1`` and ``zero_lag = R - 1``
+(the centre tap is counted once). Lags with ``|tau| >= L`` cannot reach any output and are
+cropped before any work is done.
+
+Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.engines.long_conv_choice`)
+----------------------------------------------------------------------------------------------------------
+- ``method='fft'``: real FFTs of a size that guarantees no wrap-around (see :func:`.layout.fft_size`); the
+  input spectrum is computed once and shared by all ``N`` kernels. Engines: ``'native'`` (the fused C++ CPU
+  kernels, float32 / float64), ``'torch'`` (torch.fft in cache-sized chunks, every device), ``'flashfft'`` (the
+  optional CUDA package ``flashfftconv``, fp16 / bf16).
+- ``method='direct'``: grouped ``F.conv1d`` (engine ``'torch'``); faster for short kernels.
+- ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.engines.DIRECT_MAX_TAPS` taps, else ``'fft'``, on the
+  device's engine (flashfftconv where it fits).
+
+Under autocast and for fp16 / bf16 inputs the FFT and direct paths compute in float32 and the
+result is returned in the input dtype.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import engines
+from ..checks import autocast_off
+from . import engine_flashfft, operators
+from .checks import check_long_conv
+from .engine_torch import direct_conv1d
+from .layout import crop_kernel
+
+__all__ = ['long_conv1d']
+
+
+def long_conv1d(
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    zero_lag: int = 0,
+    method: str = 'auto',
+    engine: str = 'auto',
+    backend: str | None = None,
+    spectrum_cache: dict | None = None,
+) -> torch.Tensor:
+    """Depthwise linear convolution (see the module docstring for the lag convention, methods and engines).
+
+    Args:
+        x: ``(B, C, L)`` floating-point input.
+        kernel: ``(C, K)`` or ``(N, C, K)`` kernels; ``N`` kernels share one input transform.
+        bias: optional ``(C,)`` added to every output.
+        zero_lag: index of lag 0 in the kernel.
+        method: ``'auto'``, ``'fft'`` or ``'direct'``.
+        engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``.
+        backend: deprecated spelling (``'fft'`` / ``'direct'``: the method; ``'flashfft'``: the engine).
+        spectrum_cache: deprecated and ignored (the function keeps no state, and nothing derived from a kernel is
+            kept between calls).
+
+    Returns:
+        ``(B, C, L)``, or ``(B, N, C, L)`` for a stacked kernel, in ``x.dtype``.
+    """
+    if backend is not None:
+        method, engine = engines.from_backend('long_conv1d', 'long_conv', backend, method, engine)
+    if spectrum_cache is not None:
+        warnings.warn(
+            'long_conv1d(spectrum_cache=...) is deprecated and ignored: nothing is cached between calls',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    check_long_conv(x, kernel, zero_lag, bias)
+    L = x.shape[-1]
+    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+    # the kernel after crop_kernel, without guarding on the sizes under torch.compile
+    zero = torch.sym_min(zero_lag, L - 1)
+    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
+    chosen, resolved = engines.long_conv_choice(x.device.type, x.dtype, L, taps, zero, method, engine)
+    out_dtype = x.dtype
+    if resolved == 'flashfft':
+        kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
+        y = engine_flashfft.conv1d(x, kernel, zero_lag)
+        return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
+    # Inputs are cast to the compute dtype here; the FFT operators compute in the dtype they are given, and the
+    # direct method's conv1d runs with autocast off (autocast would cast it back to half).
+    xc = x.to(compute)
+    b = None if bias is None else bias.to(compute)
+    if chosen == 'direct':
+        kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
+        with autocast_off(x.device.type):
+            y = direct_conv1d(xc, kernel.to(compute), zero_lag)
+        if b is not None:
+            y = y + b.unsqueeze(-1)
+        return y.to(out_dtype)
+    stacked = kernel.dim() == 3
+    k = kernel.to(compute)
+    # an asked-for 'torch' runs the torch.fft operator on every device; otherwise the per-device operator
+    op = operators.fft_conv_torch if engine == 'torch' else operators.fft_conv
+    y = op(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
+    return (y if stacked else y.squeeze(1)).to(out_dtype)

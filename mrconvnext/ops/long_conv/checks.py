@@ -1,0 +1,36 @@
+"""Input checks of the long convolutions, shared by their functions and operators."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ['check_long_conv']
+
+
+def check_long_conv(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None, name: str = 'long_conv1d'
+) -> None:
+    """TypeError / ValueError naming ``name`` unless ``x (B, C, L)``, ``kernel (C, K)`` / ``(N, C, K)`` with
+    ``0 <= zero_lag < K`` and ``bias (C,)`` fit together."""
+    if not isinstance(x, torch.Tensor) or not isinstance(kernel, torch.Tensor):
+        raise TypeError(f'{name} expects tensors for x and kernel')
+    if not x.is_floating_point():
+        raise TypeError(f'{name} expects a floating-point input, got dtype {x.dtype}')
+    if not kernel.is_floating_point():
+        raise TypeError(f'{name} expects a floating-point kernel, got dtype {kernel.dtype}')
+    if x.dim() != 3:
+        raise ValueError(f'{name} expects x of shape (B, C, L), got shape {tuple(x.shape)}')
+    B, C, L = x.shape
+    if L == 0:
+        raise ValueError(f'{name} got an empty sequence (L = 0)')
+    if kernel.dim() not in (2, 3) or kernel.shape[-2] != C or kernel.shape[-1] == 0:
+        raise ValueError(
+            f'{name} expects a kernel of shape ({C}, K) or (N, {C}, K) with K >= 1 for an input '
+            f'with {C} channels, got shape {tuple(kernel.shape)}'
+        )
+    if not 0 <= zero_lag < kernel.shape[-1]:
+        raise ValueError(
+            f'{name}: zero_lag must index a tap of the kernel (0 <= zero_lag < {kernel.shape[-1]}), got {zero_lag}'
+        )
+    if bias is not None and bias.shape != (C,):
+        raise ValueError(f'{name} expects a bias of shape ({C},), got {tuple(bias.shape)}')

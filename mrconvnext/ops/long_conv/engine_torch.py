@@ -1,0 +1,103 @@
+"""The ``'torch'`` engine of the long convolutions: torch.fft in cache-sized chunks (``method='fft'``, every device)
+and grouped ``F.conv1d`` (``method='direct'``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ['CHUNK_ELEMS', 'chunks', 'fft_forward', 'fft_backward', 'direct_conv1d']
+
+# On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
+# whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
+# explicit F.pad + unpadded conv (K=63: 128 vs 20 ms, 1 thread). For K <= 13 the built-in
+# padding was 10-20% faster (it skips the padded copy); K=15 measured either way.
+CPU_NATIVE_PAD_MAX = 6
+
+
+# Elements (sequences x FFT size) per chunk, so that a chunk's padded input, spectra and output stay in cache;
+# whole-tensor transforms and products are memory-bound. Measured on the ConvNeXt-T stages (B=16, 2 threads):
+# 2^20 was within a few % of the best of 2^15..2^24 at every stage for inference and training, 2^15 was 2-5x
+# slower (per-call overhead) and 2^24 up to 2x slower (memory traffic).
+CHUNK_ELEMS = 1 << 20
+
+
+def chunks(x: torch.Tensor, n: int) -> Iterator[tuple[slice, slice]]:
+    """``(batch, channel)`` blocks of ``x (B, C, L)`` of about ``CHUNK_ELEMS / n`` sequences: whole channel ranges
+    of several batch items for short sequences, balanced channel ranges of one item for long ones. Off the CPU
+    one block (the whole tensor): GPU transforms want large batches, not cache-sized ones."""
+    B, C = x.shape[:2]
+    rows = max(1, CHUNK_ELEMS // n) if x.device.type == 'cpu' else B * C
+    if rows >= C:
+        nb = rows // C
+        for b0 in range(0, B, nb):
+            yield slice(b0, min(B, b0 + nb)), slice(0, C)
+        return
+    step = -(-C // -(-C // rows))
+    for b in range(B):
+        for c0 in range(0, C, step):
+            yield slice(b, b + 1), slice(c0, min(C, c0 + step))
+
+
+def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``.
+
+    ``out`` may be strided (e.g. a channels-last view): inputs are gathered and outputs scattered per chunk,
+    never copied whole."""
+    L = x.shape[-1]
+    N = k_f.shape[0]
+    for bs, cs in chunks(x, n):
+        x_f = torch.fft.rfft(x[bs, cs], n=n)
+        for i in range(N):
+            y_f = x_f.mul_(k_f[i, cs]) if i == N - 1 else x_f * k_f[i, cs]  # the last branch reuses x_f
+            y = torch.fft.irfft(y_f, n=n)[..., :L]
+            if bias is None:
+                out[bs, i, cs] = y
+            else:
+                torch.add(y, bias[cs, None], out=out[bs, i, cs])
+
+
+def fft_backward(
+    grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
+    chunk (the identities are in :mod:`.operators`)."""
+    B, C, L = x.shape
+    N = k_f.shape[0]
+    grad_x = torch.empty_like(x) if need_x else None
+    grad_k_f = torch.zeros_like(k_f) if need_k else None
+    k_conj = k_f.conj().resolve_conj()
+    for bs, cs in chunks(x, n):
+        x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_() if need_k else None
+        acc = None
+        for i in range(N):
+            g_f = torch.fft.rfft(grad_y[bs, i, cs], n=n)  # (nb, cc, F)
+            if need_k:
+                grad_k_f[i, cs] += (g_f * x_conj).sum(0)
+            if need_x:
+                acc = g_f.mul_(k_conj[i, cs]) if acc is None else acc.addcmul_(g_f, k_conj[i, cs])
+        if need_x:
+            grad_x[bs, cs] = torch.fft.irfft(acc, n=n)[..., :L]
+    return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
+
+
+def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """The convolution of the module docstring with grouped ``F.conv1d`` (no dtype handling, no crop):
+    ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)`` -> ``(B, C, L)`` or ``(B, N, C, L)``."""
+    B, C, L = x.shape
+    K = kernel.shape[-1]
+    multi = kernel.dim() == 3
+    N = kernel.shape[0] if multi else 1
+    # conv1d is a cross-correlation: flip the taps; output channel c*N + i is kernel i of channel c.
+    w = kernel.flip(-1)
+    w = w.transpose(0, 1).reshape(C * N, 1, K) if multi else w.reshape(C, 1, K)
+    pad_left, pad_right = K - 1 - zero_lag, zero_lag
+    if pad_left == pad_right and (x.device.type != 'cpu' or pad_left <= CPU_NATIVE_PAD_MAX):
+        y = F.conv1d(x, w, padding=pad_left, groups=C)
+    else:
+        y = F.conv1d(F.pad(x, (pad_left, pad_right)), w, groups=C)
+    if multi:
+        y = y.view(B, C, N, L).transpose(1, 2)
+    return y

@@ -1,0 +1,525 @@
+"""Triton kernels of the TaLK operators, 1-D and 2-D, forward and backward, registered as ``triton_op``s.
+
+The conventions and per-element math are those of :mod:`mrconvnext.ops.talk` (the specification) and
+``kernels/talk/talk_math.h`` (the CPU kernel): window edges ``(k, f, live)`` from ``start``/``end`` edge rules,
+prefix tables with a zero first entry, the one-sided derivative of a growing window at integer boundaries, NaN
+offsets propagating through the fractions. Positions, fractions and prefix tables are float32 (float64 for float64
+inputs); indices are int64.
+
+Triton functions (``@triton.jit``)
+    ``scan_jit``: inclusive (or, reversed, suffix) sums along the last axis of a 4-D strided view, in blocks of
+    ``BLOCK_L`` with a running carry per row; it builds the 1-D prefix table, both passes of the 2-D integral image
+    and the suffix sums that turn ``dP`` into ``dx``.
+    ``talk{1,2}d_fwd_jit``: one program per (batch, head, block of positions) computes the window edges once
+    and loops over the head's channels, gathering the prefix table at the edges.
+    ``talk{1,2}d_bwd_jit``: the same loop; ``dP`` (the gradient w.r.t. the prefix table) by atomic adds, then
+    ``dx`` is its suffix sum; the offset gradients are reduced over the head's channels in registers. Float atomic
+    adds make ``dx``'s rounding order vary from run to run (not bitwise deterministic, like ``index_add_`` on CUDA).
+
+Devices
+    CUDA tensors; CPU tensors when ``TRITON_INTERPRET=1`` was set before this module was first imported (Triton's
+    interpreter runs the same kernels with NumPy; used by the tests on machines without a GPU). Under the
+    interpreter the operators run eagerly only: ``torch.compile`` and fake tensors need compiled kernels.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from .autograd import register_talk1d_autograd, register_talk2d_autograd
+from .checks import acc_dtype, talk1d_out
+
+__all__ = [
+    'interpreted',
+    'talk1d_triton',
+    'talk1d_triton_backward',
+    'talk2d_triton',
+    'talk2d_triton_backward',
+    'scan_jit',
+    'talk1d_fwd_jit',
+    'talk1d_bwd_jit',
+    'talk2d_fwd_jit',
+    'talk2d_bwd_jit',
+]
+
+_BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
+_BLOCK_R, _BLOCK_L = 8, 128  # gather kernels: channels per step, positions per program
+
+
+def interpreted() -> bool:
+    """Whether the kernels were defined under Triton's interpreter (``TRITON_INTERPRET=1`` at import)."""
+    return not isinstance(scan_jit, triton.runtime.JITFunction)
+
+
+# --------------------------------------------------------------------------------------------------- edges
+
+
+@triton.jit
+def _start_edge(i, d, n):
+    """Start edge of windows at int64 positions ``i`` with real boundary ``i - d`` on an axis of length ``n``."""
+    fi = i.to(d.dtype)
+    lo = (d < fi) == 0  # a <= 0, or a NaN offset (propagated through f)
+    hi = (fi - d) > (n - 1)
+    fl = tl.floor(tl.where(lo | hi, 0.0, d))
+    k = tl.where(lo, 0, tl.where(hi, tl.maximum(n - 2, 0), i - fl.to(tl.int64) - 1))
+    f = tl.where(lo, tl.where(d >= fi, 0.0, d), tl.where(hi, tl.where(n >= 2, 1.0, 0.0), 1.0 - (d - fl)))
+    return k.to(tl.int64), f.to(d.dtype), (lo | hi) == 0
+
+
+@triton.jit
+def _end_edge(i, d, n):
+    """End edge (prefix position ``i + d + 1``) of windows at positions ``i``; see :func:`_start_edge`."""
+    fi = i.to(d.dtype)
+    b = fi + d
+    hi = (b < n - 1) == 0  # b >= n - 1, or NaN
+    lo = b < 0
+    fl = tl.floor(tl.where(lo | hi, 0.0, d))
+    k = tl.where(hi, n - 1, tl.where(lo, tl.where(n >= 2, 1, 0), i + 1 + fl.to(tl.int64)))
+    f = tl.where(hi, tl.where(b >= n - 1, 1.0, d), tl.where(lo, tl.where(n >= 2, 0.0, 1.0), d - fl))
+    return k.to(tl.int64), f.to(d.dtype), (lo | hi) == 0
+
+
+@triton.jit
+def _program_block(n, heads, BLOCK: tl.constexpr):
+    """This program's (batch * heads + head, batch, head, BLOCK positions, their mask) on an axis of ``n`` positions:
+    programs run over batch * heads * ceil(n / BLOCK) (one grid axis, so no 65535 limit on the others)."""
+    pid = tl.program_id(0).to(tl.int64)
+    blocks = tl.cdiv(n, BLOCK)
+    bh, blk = pid // blocks, pid % blocks
+    pos = blk * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    return bh, bh // heads, bh % heads, pos, pos < n
+
+
+@triton.jit
+def _corner(Pp, w1, kv, fv, ku, fu, mask):
+    """Bilinear value and its slopes d/du, d/dv of the integral images ``Pp`` (BLOCK_R, 1) at (kv + fv, ku + fu)."""
+    p00 = Pp + (kv * w1 + ku)[None, :]
+    a = tl.load(p00, mask=mask, other=0.0)
+    b = tl.load(p00 + 1, mask=mask, other=0.0)
+    c = tl.load(p00 + w1, mask=mask, other=0.0)
+    d = tl.load(p00 + w1 + 1, mask=mask, other=0.0)
+    fv, fu = fv[None, :], fu[None, :]
+    val = (1.0 - fv) * ((1.0 - fu) * a + fu * b) + fv * ((1.0 - fu) * c + fu * d)
+    du = (1.0 - fv) * (b - a) + fv * (d - c)
+    dv = (1.0 - fu) * (c - a) + fu * (d - b)
+    return val, du, dv
+
+
+@triton.jit
+def _corner_value(Pp, w1, kv, fv, ku, fu, mask):
+    val, du, dv = _corner(Pp, w1, kv, fv, ku, fu, mask)
+    return val
+
+
+@triton.jit
+def _scatter_corner(dPp, w1, kv, fv, ku, fu, g, mask):
+    """Adjoint of one bilinear lookup: add ``g`` (BLOCK_R, BLOCK_N) times its 4 weights into ``dPp``."""
+    p00 = dPp + (kv * w1 + ku)[None, :]
+    fv, fu = fv[None, :], fu[None, :]
+    gv, gf = (1.0 - fv) * g, fv * g
+    tl.atomic_add(p00, gv * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + 1, gv * fu, mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + w1, gf * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + w1 + 1, gf * fu, mask=mask, sem='relaxed')
+
+
+# ---------------------------------------------------------------------------------------------------- scan
+
+
+@triton.jit
+def scan_jit(
+    src,
+    dst,
+    A2,
+    M,
+    L,
+    ss0,
+    ss1,
+    ss2,
+    ss3,
+    sd0,
+    sd1,
+    sd2,
+    sd3,
+    REVERSE: tl.constexpr,
+    ACC_F64: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """``dst[a1, a2, m, l] = sum_{l' <= l} src[a1, a2, m, l']`` (``l' >= l`` when REVERSE), both (A1, A2, M, L)."""
+    acc_ty = tl.float64 if ACC_F64 else tl.float32
+    pid = tl.program_id(0).to(tl.int64)
+    m_blocks = tl.cdiv(M, BLOCK_M)
+    a, mb = pid // m_blocks, pid % m_blocks
+    a1, a2 = a // A2, a % A2
+    m = mb * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    src_rows = src + a1 * ss0 + a2 * ss1 + m[:, None] * ss2
+    dst_rows = dst + a1 * sd0 + a2 * sd1 + m[:, None] * sd2
+    carry = tl.zeros([BLOCK_M], dtype=acc_ty)
+    last = tl.arange(0, BLOCK_L) == BLOCK_L - 1
+    for start in range(0, L, BLOCK_L):
+        j = start + tl.arange(0, BLOCK_L).to(tl.int64)
+        pos = L - 1 - j if REVERSE else j
+        mask = (m < M)[:, None] & (j < L)[None, :]
+        v = tl.load(src_rows + pos[None, :] * ss3, mask=mask, other=0.0).to(acc_ty)
+        c = tl.cumsum(v, axis=1) + carry[:, None]
+        tl.store(dst_rows + pos[None, :] * sd3, c.to(dst.dtype.element_ty), mask=mask)
+        # the carry is the scan's last column (masked tail entries are 0), not carry + sum(v): Triton 3.6's
+        # OptimizeThreadLocality pass crashes on a loop-carried sum that is also used inside the loop
+        carry = tl.sum(tl.where(last[None, :], c, 0.0), axis=1)
+
+
+def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
+    """Launch :func:`scan_jit` on 4-D views ``src`` and ``dst`` (same shape, any strides)."""
+    A1, A2, M, L = src.shape
+    if src.numel() == 0:
+        return
+    grid = (A1 * A2 * triton.cdiv(M, _BLOCK_M),)
+    wrap_triton(scan_jit)[grid](
+        src,
+        dst,
+        A2,
+        M,
+        L,
+        *src.stride(),
+        *dst.stride(),
+        REVERSE=reverse,
+        ACC_F64=dst.dtype == torch.float64 or src.dtype == torch.float64,
+        BLOCK_M=_BLOCK_M,
+        BLOCK_L=_BLOCK_SCAN,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- 1-D
+
+
+@triton.jit
+def talk1d_fwd_jit(
+    x,
+    P,
+    off,
+    y,
+    C,
+    L,
+    R,
+    heads,
+    sxb,
+    sxc,
+    sxl,
+    syb,
+    syc,
+    syl,
+    ml,
+    mr,
+    norm_hi,
+    norm_lo,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    bh, b, h, i, lmask = _program_block(L, heads, BLOCK_L)
+    ob = off + (bh * L + i) * 2
+    ks, fs, _ = _start_edge(i, tl.load(ob, mask=lmask, other=0.0) * ml, L)
+    ke, fe, _ = _end_edge(i, tl.load(ob + 1, mask=lmask, other=0.0) * mr, L)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        c = (h * R + r).to(tl.int64)
+        mask = (r < R)[:, None] & lmask[None, :]
+        prow = P + (b * C + c)[:, None] * (L + 1)
+        xrow = x + b * sxb + c[:, None] * sxc
+        pe = tl.load(prow + ke[None, :], mask=mask, other=0.0)
+        pe += fe[None, :] * tl.load(xrow + ke[None, :] * sxl, mask=mask, other=0.0).to(pe.dtype)
+        ps = tl.load(prow + ks[None, :], mask=mask, other=0.0)
+        ps += fs[None, :] * tl.load(xrow + ks[None, :] * sxl, mask=mask, other=0.0).to(ps.dtype)
+        out = (pe - ps) / norm
+        tl.store(y + b * syb + c[:, None] * syc + i[None, :] * syl, out.to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def talk1d_bwd_jit(
+    g,
+    x,
+    off,
+    dP,
+    doff,
+    C,
+    L,
+    R,
+    heads,
+    sgb,
+    sgc,
+    sgl,
+    sxb,
+    sxc,
+    sxl,
+    ml,
+    mr,
+    norm_hi,
+    norm_lo,
+    NEED_DX: tl.constexpr,
+    NEED_DOFF: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    bh, b, h, i, lmask = _program_block(L, heads, BLOCK_L)
+    ob = off + (bh * L + i) * 2
+    ds = tl.load(ob, mask=lmask, other=0.0)
+    ks, fs, live_s = _start_edge(i, ds * ml, L)
+    ke, fe, live_e = _end_edge(i, tl.load(ob + 1, mask=lmask, other=0.0) * mr, L)
+    acc_s = tl.zeros([BLOCK_L], dtype=ds.dtype)
+    acc_e = tl.zeros([BLOCK_L], dtype=ds.dtype)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        c = (h * R + r).to(tl.int64)
+        mask = (r < R)[:, None] & lmask[None, :]
+        gs = tl.load(g + b * sgb + c[:, None] * sgc + i[None, :] * sgl, mask=mask, other=0.0).to(ds.dtype) / norm
+        if NEED_DX:
+            row = dP + (b * C + c)[:, None] * (L + 1)
+            tl.atomic_add(row + ke[None, :], (1.0 - fe[None, :]) * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ke[None, :] + 1, fe[None, :] * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ks[None, :], -(1.0 - fs[None, :]) * gs, mask=mask, sem='relaxed')
+            tl.atomic_add(row + ks[None, :] + 1, -fs[None, :] * gs, mask=mask, sem='relaxed')
+        if NEED_DOFF:
+            xrow = x + b * sxb + c[:, None] * sxc
+            acc_s += tl.sum(gs * tl.load(xrow + ks[None, :] * sxl, mask=mask, other=0.0).to(ds.dtype), axis=0)
+            acc_e += tl.sum(gs * tl.load(xrow + ke[None, :] * sxl, mask=mask, other=0.0).to(ds.dtype), axis=0)
+    if NEED_DOFF:
+        ob = doff + (bh * L + i) * 2
+        tl.store(ob, tl.where(live_s, acc_s * ml, 0.0), mask=lmask)
+        tl.store(ob + 1, tl.where(live_e, acc_e * mr, 0.0), mask=lmask)
+
+
+def _norm(*maxima: int) -> tuple[float, float]:
+    """The normalizer ``(max_left + max_right + 1) [* (max_top + max_bottom + 1)]``, computed exactly on the host (in
+    the kernel, 32-bit integer arithmetic overflowed for maxima near 2**31, or 46341 in 2-D), as two float32 parts
+    (Triton passes floats as float32) whose sum in the accumulation dtype is the normalizer to 48 bits: exact
+    in float64 up to 2**48, and the nearest float32 in float32."""
+    norm = 1
+    for a, b in zip(maxima[::2], maxima[1::2]):
+        norm *= a + b + 1
+    hi = float(torch.tensor(float(norm), dtype=torch.float32))
+    return hi, float(norm - int(hi))
+
+
+def _grid_1d(B: int, heads: int, L: int) -> tuple[int]:
+    return (B * heads * triton.cdiv(L, _BLOCK_L),)
+
+
+@triton_op('mrconvnext::talk1d_triton', mutates_args=())
+def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
+    """TaLK 1-D forward (see :func:`mrconvnext.ops.talk1d`): x (B, C, L) any strides -> y laid out like x."""
+    B, C, L = x.shape
+    heads = offsets.shape[1]
+    acc = acc_dtype(x.dtype)
+    y = talk1d_out(x)
+    if x.numel() == 0:
+        return y
+    off = offsets.to(acc).contiguous()
+    P = torch.empty((B, C, L + 1), dtype=acc, device=x.device)
+    P[:, :, 0] = 0
+    _scan(x.unsqueeze(1), P[:, :, 1:].unsqueeze(1), reverse=False)
+    wrap_triton(talk1d_fwd_jit)[_grid_1d(B, heads, L)](
+        x, P, off, y, C, L, C // heads, heads, *x.stride(), *y.stride(), max_left, max_right, *_norm(max_left, max_right),
+        BLOCK_R=_BLOCK_R, BLOCK_L=_BLOCK_L,
+    )  # fmt: skip
+    return y
+
+
+@triton_op('mrconvnext::talk1d_triton_backward', mutates_args=())
+def talk1d_triton_backward(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    max_left: int,
+    max_right: int,
+    need_dx: bool,
+    need_doff: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx (B, C, L) contiguous, doff in offsets' dtype)`` of :func:`talk1d_triton`; empty when not needed."""
+    B, C, L = x.shape
+    heads = offsets.shape[1]
+    acc = acc_dtype(x.dtype)
+    off = offsets.to(acc).contiguous()
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else x.new_empty(0)
+    doff = torch.empty(off.shape, dtype=acc, device=x.device) if need_doff else x.new_empty(0, dtype=acc)
+    if x.numel() == 0 or not (need_dx or need_doff):
+        return dx, doff.to(offsets.dtype)
+    dP = torch.zeros((B, C, L + 1), dtype=acc, device=x.device) if need_dx else off
+    g = grad_y.to(x.dtype)
+    wrap_triton(talk1d_bwd_jit)[_grid_1d(B, heads, L)](
+        g, x, off, dP, doff if need_doff else off, C, L, C // heads, heads, *g.stride(), *x.stride(),
+        max_left, max_right, *_norm(max_left, max_right), NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_L=_BLOCK_L,
+    )  # fmt: skip
+    if need_dx:
+        _scan(dP[:, :, 1:].unsqueeze(1), dx.unsqueeze(1), reverse=True)  # dx[j] = sum_{t > j} dP[t]
+    return dx, doff.to(offsets.dtype)
+
+
+# ----------------------------------------------------------------------------------------------------- 2-D
+
+
+@triton.jit
+def _edges_2d(off, bh, p, N, W, H, ml, mr, mt, mb, nmask):
+    ob = off + (bh * N + p) * 4
+    row, col = p // W, p % W
+    dl = tl.load(ob, mask=nmask, other=0.0)
+    kl, fl, live_l = _start_edge(col, dl * ml, W)
+    kr, fr, live_r = _end_edge(col, tl.load(ob + 1, mask=nmask, other=0.0) * mr, W)
+    kt, ft, live_t = _start_edge(row, tl.load(ob + 2, mask=nmask, other=0.0) * mt, H)
+    kb, fb, live_b = _end_edge(row, tl.load(ob + 3, mask=nmask, other=0.0) * mb, H)
+    return kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b
+
+
+@triton.jit
+def talk2d_fwd_jit(
+    P, off, y, C, H, W, R, heads, ml, mr, mt, mb, norm_hi, norm_lo, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr
+):  # fmt: skip
+    N = H * W
+    bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
+        off, bh, p, N, W, H, ml, mr, mt, mb, nmask
+    )
+    w1 = W + 1
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        c = (h * R + r).to(tl.int64)
+        mask = (r < R)[:, None] & nmask[None, :]
+        Pp = P + (b * C + c)[:, None] * ((H + 1) * w1)
+        box = _corner_value(Pp, w1, kb, fb, kr, fr, mask) - _corner_value(Pp, w1, kb, fb, kl, fl, mask)
+        box += _corner_value(Pp, w1, kt, ft, kl, fl, mask) - _corner_value(Pp, w1, kt, ft, kr, fr, mask)
+        tl.store(y + (b * C + c)[:, None] * N + p[None, :], (box / norm).to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def talk2d_bwd_jit(
+    g,
+    P,
+    off,
+    dP,
+    doff,
+    C,
+    H,
+    W,
+    R,
+    heads,
+    ml,
+    mr,
+    mt,
+    mb,
+    norm_hi,
+    norm_lo,
+    NEED_DX: tl.constexpr,
+    NEED_DOFF: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    N = H * W
+    bh, b, h, p, nmask = _program_block(N, heads, BLOCK_N)
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d(
+        off, bh, p, N, W, H, ml, mr, mt, mb, nmask
+    )
+    w1 = W + 1
+    acc_l = tl.zeros([BLOCK_N], dtype=fl.dtype)
+    acc_r = tl.zeros([BLOCK_N], dtype=fl.dtype)
+    acc_t = tl.zeros([BLOCK_N], dtype=fl.dtype)
+    acc_b = tl.zeros([BLOCK_N], dtype=fl.dtype)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        c = (h * R + r).to(tl.int64)
+        mask = (r < R)[:, None] & nmask[None, :]
+        plane = (b * C + c)[:, None] * ((H + 1) * w1)
+        gs = tl.load(g + (b * C + c)[:, None] * N + p[None, :], mask=mask, other=0.0).to(fl.dtype) / norm
+        if NEED_DX:
+            _scatter_corner(dP + plane, w1, kb, fb, kr, fr, gs, mask)
+            _scatter_corner(dP + plane, w1, kb, fb, kl, fl, -gs, mask)
+            _scatter_corner(dP + plane, w1, kt, ft, kr, fr, -gs, mask)
+            _scatter_corner(dP + plane, w1, kt, ft, kl, fl, gs, mask)
+        if NEED_DOFF:
+            v_br, du_br, dv_br = _corner(P + plane, w1, kb, fb, kr, fr, mask)
+            v_bl, du_bl, dv_bl = _corner(P + plane, w1, kb, fb, kl, fl, mask)
+            v_tr, du_tr, dv_tr = _corner(P + plane, w1, kt, ft, kr, fr, mask)
+            v_tl, du_tl, dv_tl = _corner(P + plane, w1, kt, ft, kl, fl, mask)
+            acc_l += tl.sum(gs * (du_bl - du_tl), axis=0)
+            acc_r += tl.sum(gs * (du_br - du_tr), axis=0)
+            acc_t += tl.sum(gs * (dv_tr - dv_tl), axis=0)
+            acc_b += tl.sum(gs * (dv_br - dv_bl), axis=0)
+    if NEED_DOFF:
+        ob = doff + (bh * N + p) * 4
+        tl.store(ob, tl.where(live_l, acc_l * ml, 0.0), mask=nmask)
+        tl.store(ob + 1, tl.where(live_r, acc_r * mr, 0.0), mask=nmask)
+        tl.store(ob + 2, tl.where(live_t, acc_t * mt, 0.0), mask=nmask)
+        tl.store(ob + 3, tl.where(live_b, acc_b * mb, 0.0), mask=nmask)
+
+
+def _grid_2d(B: int, heads: int, N: int) -> tuple[int]:
+    return (B * heads * triton.cdiv(N, _BLOCK_L),)
+
+
+@triton_op('mrconvnext::talk2d_triton', mutates_args=())
+def talk2d_triton(
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """TaLK 2-D forward: ``(y (B, C, H, W) contiguous, P (B, C, H + 1, W + 1))``, P the integral image in the
+    accumulation dtype (kept for the backward)."""
+    B, C, H, W = x.shape
+    heads = offsets.shape[1]
+    acc = acc_dtype(x.dtype)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    P = torch.empty((B, C, H + 1, W + 1), dtype=acc, device=x.device)
+    P[:, :, 0, :] = 0
+    P[:, :, :, 0] = 0
+    if x.numel() == 0:
+        return y, P
+    inner = P[:, :, 1:, 1:]
+    _scan(x, inner, reverse=False)  # rows
+    _scan(inner.transpose(2, 3), inner.transpose(2, 3), reverse=False)  # columns, in place
+    off = offsets.to(acc).contiguous()
+    wrap_triton(talk2d_fwd_jit)[_grid_2d(B, heads, H * W)](
+        P, off, y, C, H, W, C // heads, heads, max_left, max_right, max_top, max_bottom,
+        *_norm(max_left, max_right, max_top, max_bottom),
+        BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
+    )  # fmt: skip
+    return y, P
+
+
+@triton_op('mrconvnext::talk2d_triton_backward', mutates_args=())
+def talk2d_triton_backward(
+    grad_y: torch.Tensor,
+    P: torch.Tensor,
+    offsets: torch.Tensor,
+    max_left: int,
+    max_right: int,
+    max_top: int,
+    max_bottom: int,
+    need_dx: bool,
+    need_doff: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx (B, C, H, W) contiguous, doff in offsets' dtype)`` of :func:`talk2d_triton` from its integral image."""
+    B, C, H, W = grad_y.shape
+    heads = offsets.shape[1]
+    off = offsets.to(P.dtype).contiguous()
+    dx = torch.empty(grad_y.shape, dtype=grad_y.dtype, device=P.device) if need_dx else grad_y.new_empty(0)
+    doff = torch.empty(off.shape, dtype=P.dtype, device=P.device) if need_doff else P.new_empty(0)
+    if grad_y.numel() == 0 or not (need_dx or need_doff):
+        return dx, doff.to(offsets.dtype)
+    dP = torch.zeros_like(P) if need_dx else P
+    g = grad_y.contiguous()
+    wrap_triton(talk2d_bwd_jit)[_grid_2d(B, heads, H * W)](
+        g, P, off, dP, doff if need_doff else off, C, H, W, C // heads, heads,
+        max_left, max_right, max_top, max_bottom, *_norm(max_left, max_right, max_top, max_bottom),
+        NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
+    )  # fmt: skip
+    if need_dx:
+        inner = dP[:, :, 1:, 1:]
+        _scan(inner, inner, reverse=True)  # sum over u > c, in place
+        _scan(inner.transpose(2, 3), dx.transpose(2, 3), reverse=True)  # then over v > r
+    return dx, doff.to(offsets.dtype)
+
+
+# the same autograd as the other TaLK operators (autograd.py): saved tensors, backward operator, input gradients
+register_talk1d_autograd(talk1d_triton, talk1d_triton_backward)
+register_talk2d_autograd(talk2d_triton, talk2d_triton_backward)

@@ -1,0 +1,390 @@
+import functools
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mrconvnext.ops import circular_kernel, engines, fft_size, long_conv1d
+from mrconvnext.ops.long_conv import engine_torch, fft_length, kernel_spectrum
+from mrconvnext.ops.native_build import cxx_compiler
+from tests.reference import shifted_sum_conv
+
+
+def _full_conv1d_reference(x, kernel, zero_lag):
+    """The full linear convolution by F.conv1d (float64), cropped to the outputs 0..L-1."""
+    B, C, L = x.shape
+    K = kernel.shape[-1]
+    full = F.conv1d(F.pad(x, (K - 1, K - 1)), kernel.flip(-1).unsqueeze(1), groups=C)  # length L + K - 1
+    return full[..., zero_lag : zero_lag + L]
+
+
+@pytest.fixture(params=['native', 'torch'])
+def engine(request):
+    """Which FFT engine runs on the CPU: the fused native kernels (where they build) or torch.fft chunks."""
+    if request.param == 'native' and _fused_available() is not None:
+        pytest.skip(f'fused kernels unavailable: {_fused_available()}')
+    return request.param
+
+
+@pytest.mark.parametrize('method', ['fft', 'direct', 'auto'])
+@pytest.mark.parametrize('L', [1, 16, 17])
+@pytest.mark.parametrize('K_rel', ['shorter', 'equal', 'longer'])
+@pytest.mark.parametrize('mode', ['causal', 'bidirectional'])
+def test_matches_conv1d_reference(method, L, K_rel, mode, engine):
+    reach = {'shorter': max(1, L // 3), 'equal': L, 'longer': 2 * L + 3}[K_rel]
+    K, zero_lag = (reach, 0) if mode == 'causal' else (2 * reach - 1, reach - 1)
+    x = torch.randn(2, 3, L, dtype=torch.float64)
+    k = torch.randn(3, K, dtype=torch.float64)
+    bias = torch.randn(3, dtype=torch.float64)
+    y = long_conv1d(x, k, bias, zero_lag=zero_lag, method=method, engine='auto' if method == 'direct' else engine)
+    ref = _full_conv1d_reference(x, k, zero_lag) + bias[:, None]
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag) + bias[:, None], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('method', ['fft', 'direct'])
+def test_asymmetric_and_stacked_kernels(method):
+    x = torch.randn(2, 4, 23, dtype=torch.float64)
+    k = torch.randn(3, 4, 11, dtype=torch.float64)
+    for zero_lag in (0, 2, 10):
+        y = long_conv1d(x, k, zero_lag=zero_lag, method=method)
+        assert y.shape == (2, 3, 4, 23)
+        for i in range(3):
+            torch.testing.assert_close(y[:, i], shifted_sum_conv(x, k[i], zero_lag), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('stacked', [False, True])
+def test_inference_path_in_small_chunks(monkeypatch, stacked):
+    """The torch.fft engine works in chunks of channels; force chunks of one or two rows."""
+    x = torch.randn(3, 5, 21, dtype=torch.float64)
+    k = torch.randn(*((2,) if stacked else ()), 5, 41, dtype=torch.float64)
+    bias = torch.randn(5, dtype=torch.float64)
+    for elems in (1, 90):  # n = 42 here: one row, then two rows per chunk
+        monkeypatch.setattr(engine_torch, 'CHUNK_ELEMS', elems)
+        y = long_conv1d(x, k, bias, zero_lag=20, method='fft', engine='torch')
+        kernels = k.unbind(0) if stacked else [k]
+        for i, ki in enumerate(kernels):
+            yi = y[:, i] if stacked else y
+            torch.testing.assert_close(yi, shifted_sum_conv(x, ki, 20) + bias[:, None], rtol=1e-10, atol=1e-10)
+
+
+def test_spectrum_cache_argument_is_deprecated_and_ignored():
+    x = torch.randn(2, 3, 30, dtype=torch.float64)
+    k = torch.randn(3, 59, dtype=torch.float64)
+    cache = {}
+    with pytest.warns(DeprecationWarning, match='spectrum_cache'):
+        y = long_conv1d(x, k, zero_lag=29, method='fft', spectrum_cache=cache)
+    torch.testing.assert_close(y, shifted_sum_conv(x, k, 29), rtol=1e-10, atol=1e-10)
+    assert cache == {}
+
+
+def test_float32_accuracy_long_sequence():
+    L = 3136
+    x = torch.randn(2, 3, L)
+    k = torch.randn(3, 2 * L - 1) / L**0.5
+    y = long_conv1d(x, k, zero_lag=L - 1, method='fft')
+    ref = _full_conv1d_reference(x.double(), k.double(), L - 1)
+    assert (y.double() - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_inputs_compute_in_float32(dtype):
+    x = torch.randn(2, 3, 40).to(dtype)
+    k = torch.randn(3, 79)
+    y = long_conv1d(x, k, zero_lag=39, method='fft')
+    assert y.dtype == dtype
+    ref = shifted_sum_conv(x.double(), k.double(), 39)
+    # only the final rounding to the half dtype remains
+    torch.testing.assert_close(y.double(), ref, rtol=2 * torch.finfo(dtype).eps, atol=1e-2 * ref.abs().max().item())
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        y2 = long_conv1d(x.float(), k, zero_lag=39, method='fft')
+    assert y2.dtype == torch.float32
+    torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
+
+
+def test_chunks_cover_the_tensor_once():
+    for shape, n in (((3, 5, 7), 1 << 17), ((4, 7, 9), 1 << 20), ((16, 96, 10), 6272), ((2, 3, 4), 1 << 30)):
+        seen = torch.zeros(shape[:2], dtype=torch.int64)
+        for bs, cs in engine_torch.chunks(torch.empty(shape), n):
+            seen[bs, cs] += 1
+        assert (seen == 1).all()
+    # off the CPU: one block
+    assert list(engine_torch.chunks(torch.empty(4, 6, 10, device='meta'), 16)) == [(slice(0, 4), slice(0, 6))]
+
+
+def test_gradcheck_both_methods():
+    x = torch.randn(2, 2, 9, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 7, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    for method in ('fft', 'direct'):
+        f = functools.partial(long_conv1d, zero_lag=3, method=method)
+        assert torch.autograd.gradcheck(f, (x, k, b))
+
+
+@pytest.mark.parametrize('stacked', [False, True])
+@pytest.mark.parametrize('zero_lag', [0, 4, 10])
+def test_fft_backward_matches_direct_and_gradcheck(stacked, zero_lag, engine):
+    """The FFT path's hand-written backward vs gradcheck and vs autograd through F.conv1d (float64);
+    with L = 9 and 11 taps, zero_lag = 10 also crops lags the sequence cannot reach."""
+    x = torch.randn(3, 2, 9, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(*((3,) if stacked else ()), 2, 11, dtype=torch.float64, requires_grad=True)
+    f = functools.partial(long_conv1d, zero_lag=zero_lag, method='fft')
+    assert torch.autograd.gradcheck(f, (x, k))
+    y = f(x, k)
+    w = torch.randn_like(y)
+    grads = torch.autograd.grad((y * w).sum(), (x, k))
+    ref = torch.autograd.grad((long_conv1d(x, k, zero_lag=zero_lag, method='direct') * w).sum(), (x, k))
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def _smooth(q):
+    for p in (2, 3, 5, 7):
+        while q % p == 0:
+            q //= p
+    return q == 1
+
+
+def test_fft_size_policy():
+    for n in (1, 97, 391, 1567, 6271, 6272, 10007):
+        m = fft_size(n)
+        assert m >= n and _smooth(m)
+        assert not any(_smooth(q) for q in range(n, m)), 'not the smallest 7-smooth size'
+
+
+def test_circular_kernel_layout():
+    k = torch.arange(1.0, 6.0).view(1, 5)  # lags -2..2 with zero_lag 2
+    c = circular_kernel(k, 2, 8)
+    assert c.tolist() == [[3.0, 4.0, 5.0, 0.0, 0.0, 0.0, 1.0, 2.0]]
+
+
+@pytest.mark.parametrize(
+    'args, err',
+    [
+        ((torch.randn(2, 3), torch.randn(3, 5)), ValueError),  # wrong rank
+        ((torch.randn(2, 3, 8), torch.randn(4, 5)), ValueError),  # channel mismatch
+        ((torch.ones(2, 3, 8, dtype=torch.int64), torch.randn(3, 5)), TypeError),  # integer input
+        ((torch.randn(2, 3, 0), torch.randn(3, 5)), ValueError),  # empty sequence
+        ((torch.randn(2, 3, 8), torch.randn(3, 0)), ValueError),  # empty kernel
+    ],
+)
+def test_bad_inputs(args, err):
+    with pytest.raises(err):
+        long_conv1d(*args, zero_lag=0)
+
+
+def test_bad_zero_lag_method_and_engine():
+    x, k = torch.randn(1, 2, 8), torch.randn(2, 3)
+    with pytest.raises(ValueError, match='zero_lag'):
+        long_conv1d(x, k, zero_lag=3)
+    with pytest.raises(ValueError, match=r"method must be one of \('auto', 'fft', 'direct'\), got 'cufft'"):
+        long_conv1d(x, k, method='cufft')
+    with pytest.raises(ValueError, match=r"engine must be one of \('auto', 'native', 'torch', 'flashfft'\)"):
+        long_conv1d(x, k, engine='cuda')
+    with pytest.raises(ValueError, match="method='direct' runs on the 'torch' engine only"):
+        long_conv1d(x, k, method='direct', engine='native')
+    with pytest.raises(ValueError, match='backend must be one of'):
+        long_conv1d(x, k, backend='cufft')
+    with pytest.raises(ValueError, match='give one or the other'):
+        long_conv1d(x, k, backend='fft', method='direct')
+    if x.device.type == 'cpu':
+        with pytest.raises(RuntimeError, match='native FFT kernels run CPU tensors only'):
+            long_conv1d(x.to('meta'), k.to('meta'), method='fft', engine='native')
+
+
+@pytest.mark.parametrize(
+    ('backend', 'method', 'engine'),
+    [('fft', 'fft', 'auto'), ('direct', 'direct', 'auto'), ('auto', 'auto', 'auto'), ('flashfft', 'fft', 'flashfft')],
+)
+def test_backend_keyword_is_deprecated_and_means_the_same(backend, method, engine):
+    """The old ``backend=`` spelling warns and computes exactly what its ``method`` / ``engine`` computes."""
+    x, k = torch.randn(2, 3, 40), torch.randn(3, 79)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # flashfftconv is not installed: its one-time fallback note
+        with pytest.warns(DeprecationWarning, match=f'backend={backend!r} is deprecated'):
+            old = long_conv1d(x, k, zero_lag=39, backend=backend)
+        new = long_conv1d(x, k, zero_lag=39, method=method, engine=engine)
+    assert torch.equal(old, new)
+
+
+# ------------------------------------------------------------------------- fused CPU kernel (kernels/fftconv)
+
+
+def _fused_available() -> str | None:
+    """Why the fused kernel cannot exist here (None: it must build)."""
+    if not torch.backends.mkl.is_available():
+        return 'torch without MKL'
+    if cxx_compiler() is None:
+        return 'no C++ compiler'
+    return None
+
+
+needs_fused = pytest.mark.skipif(_fused_available() is not None, reason=str(_fused_available()))
+
+
+@needs_fused
+def test_fused_kernel_builds():
+    """Where torch has MKL and a compiler exists, the extension must build (no silent fallback)."""
+    module = engines.build_native(engines.FFTCONV_EXT)
+    assert hasattr(module, 'fft_conv_forward')
+
+
+@needs_fused
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('N', [1, 3])
+@pytest.mark.parametrize('block', [1, 3, 1000])
+@pytest.mark.parametrize('with_bias', [False, True])
+@pytest.mark.parametrize('L', [20, 23])  # channels-last copies go in 4 x 4 tiles: 23 leaves ragged positions
+def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
+    module = engines.build_native(engines.FFTCONV_EXT)
+    B, C, K, zero_lag = 3, 7, 31, 12  # asymmetric kernel reaching past both ends
+    x64 = torch.randn(B, C, L, dtype=torch.float64)
+    k64 = torch.randn(N, C, K, dtype=torch.float64)
+    b64 = torch.randn(C, dtype=torch.float64) if with_bias else None
+    n = fft_length(L, K, zero_lag)
+    x = x64.float() if layout == 'contiguous' else x64.float().mT.contiguous().mT
+    out = torch.full((B, N, C, L), float('nan'))
+    if layout == 'channels_last':  # strided output too: each (b, i) plane laid out (L, C)
+        out = torch.full((B, N, L, C), float('nan')).transpose(2, 3)
+    bias = None if b64 is None else b64.float()
+    module.fft_conv_forward(x, kernel_spectrum(k64.float(), zero_lag, L)[0].contiguous(), n, bias, out, block)
+    for i in range(N):
+        ref = shifted_sum_conv(x64, k64[i], zero_lag) + (0 if b64 is None else b64[:, None])
+        # float32 FFTs of size n: error ~ eps * log2(n) * (|x| |k| summed over taps)
+        torch.testing.assert_close(out[:, i].double(), ref, rtol=0, atol=1e-5 * ref.abs().max().item())
+
+
+@needs_fused
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+@pytest.mark.parametrize('N', [1, 3])
+@pytest.mark.parametrize('block', [1, 3, 1000])
+@pytest.mark.parametrize('needs', [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize('L', [20, 23])
+def test_fused_backward_matches_float64_autograd(layout, N, block, needs, L):
+    """The native backward against float64 autograd through the direct (F.conv1d) path."""
+    module = engines.build_native(engines.FFTCONV_EXT)
+    B, C, K, zero_lag = 3, 7, 31, 12
+    n = fft_length(L, K, zero_lag)
+    x64 = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
+    k64 = torch.randn(N, C, K, dtype=torch.float64, requires_grad=True)
+    g64 = torch.randn(B, N, C, L, dtype=torch.float64)
+    ref_x, ref_k = torch.autograd.grad(long_conv1d(x64, k64, zero_lag=zero_lag, method='direct'), (x64, k64), g64)
+    x, g = x64.detach().float(), g64.float()
+    if layout == 'channels_last':
+        x, g = x.mT.contiguous().mT, g.transpose(2, 3).contiguous().transpose(2, 3)
+    k_f = kernel_spectrum(k64.detach().float(), zero_lag, L)[0].contiguous()
+    grad_x, grad_k_f = module.fft_conv_backward(x, k_f, n, g, *needs, block)
+    if needs[0]:
+        assert grad_x.stride() == x.stride()  # laid out like x
+        torch.testing.assert_close(grad_x.double(), ref_x, rtol=0, atol=1e-5 * ref_x.abs().max().item())
+    else:
+        assert grad_x is None
+    if needs[1]:
+        # the spectrum of the circular kernel's gradient; the taps sit at lag mod n (see circular_kernel)
+        grad_circ = torch.fft.irfft(grad_k_f, n=n).double()
+        grad_k = torch.cat([grad_circ[..., n - zero_lag :], grad_circ[..., : K - zero_lag]], dim=-1)
+        torch.testing.assert_close(grad_k, ref_k, rtol=0, atol=1e-5 * ref_k.abs().max().item())
+    else:
+        assert grad_k_f is None
+
+
+@needs_fused
+def test_long_conv1d_float32_runs_the_fused_kernel(monkeypatch):
+    """float32 CPU inputs go through the fused kernel (inference, training forward and backward); values and
+    gradients match the float64 direct convolution."""
+    module = engines.build_native(engines.FFTCONV_EXT)
+    calls = []
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(module, name)
+
+    load = engines.load_native
+    monkeypatch.setattr(engines, 'load_native', lambda ext: Spy() if ext == engines.FFTCONV_EXT else load(ext))
+    x64 = torch.randn(2, 4, 50, dtype=torch.float64)
+    k64 = torch.randn(2, 4, 99, dtype=torch.float64)
+    with torch.no_grad():
+        y = long_conv1d(x64.float(), k64[0].float(), zero_lag=49, method='fft')
+    assert calls == ['fft_conv_forward']
+    torch.testing.assert_close(y.double(), shifted_sum_conv(x64, k64[0], 49), rtol=0, atol=1e-4)
+    x = x64.float().requires_grad_()
+    k = k64.float().requires_grad_()
+    y = long_conv1d(x, k, zero_lag=49, method='fft')
+    w = torch.randn_like(y)
+    gx, gk = torch.autograd.grad((y * w).sum(), (x, k))
+    assert calls == ['fft_conv_forward', 'fft_conv_forward', 'fft_conv_backward']
+    x64.requires_grad_()
+    k64.requires_grad_()
+    ref = long_conv1d(x64, k64, zero_lag=49, method='direct')
+    rgx, rgk = torch.autograd.grad((ref * w.double()).sum(), (x64, k64))
+    torch.testing.assert_close(y.double(), ref, rtol=0, atol=1e-4)
+    torch.testing.assert_close(gx.double(), rgx, rtol=0, atol=1e-4)
+    torch.testing.assert_close(gk.double(), rgk, rtol=0, atol=1e-3)
+
+
+@pytest.fixture
+def fresh_engines():
+    """Availability forgotten before and after the test, so a simulated failure stays inside it."""
+    engines.reset(native=True)
+    yield engines
+    engines.reset(native=True)
+
+
+def test_fused_kernel_build_failure_falls_back_once(monkeypatch, fresh_engines):
+    def broken(ext, verbose=False):
+        raise RuntimeError('simulated build failure')
+
+    monkeypatch.setattr(engines, 'build_native', broken)
+    x = torch.randn(2, 3, 30)
+    k = torch.randn(3, 59)
+    with pytest.warns(RuntimeWarning, match='mrconvnext_fftconv_cpu failed'):
+        y = long_conv1d(x, k, zero_lag=29, method='fft')
+    torch.testing.assert_close(y.double(), shifted_sum_conv(x.double(), k.double(), 29), rtol=0, atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        long_conv1d(x, k, zero_lag=29, method='fft')  # warned once only
+
+
+@needs_fused
+def test_fused_kernel_rejects_bad_arguments():
+    module = engines.build_native(engines.FFTCONV_EXT)
+    x = torch.randn(2, 3, 10)
+    k_f = torch.randn(1, 3, 11, dtype=torch.complex64)
+    out = torch.empty(2, 1, 3, 10)
+    with pytest.raises(RuntimeError, match='float32 or float64'):
+        module.fft_conv_forward(x.half(), k_f, 20, None, out.half(), 4)
+    with pytest.raises(RuntimeError, match='ComplexDouble'):  # k_f's precision must match x's
+        module.fft_conv_forward(x.double(), k_f, 20, None, out.double(), 4)
+    with pytest.raises(RuntimeError, match='k_f must be'):
+        module.fft_conv_forward(x, k_f[..., :5], 20, None, out, 4)
+    with pytest.raises(RuntimeError, match='out must be'):
+        module.fft_conv_forward(x, k_f, 20, None, out[:, :, :2], 4)
+    with pytest.raises(RuntimeError, match='need L <= n'):
+        module.fft_conv_forward(x, torch.randn(1, 3, 3, dtype=torch.complex64), 4, None, out, 4)
+    with pytest.raises(RuntimeError, match='grad_y must be'):
+        module.fft_conv_backward(x, k_f, 20, out[:, :, :2], True, True, 4)
+
+
+def test_dfti_plan_cache_is_bounded_and_frees_its_descriptors():
+    """The fused kernels' per-thread DFTI plan cache (kernels/fftconv/dfti_plans.h) holds at most 32 (n, rows) plans
+    per thread and precision: convolving at many more transform sizes than that frees the oldest descriptors, so
+    the live count stays bounded, and the results stay right (float64 against the tap loop)."""
+    if _fused_available() is not None:
+        pytest.skip(f'fused kernels unavailable: {_fused_available()}')
+    mod = engines.load_native(engines.FFTCONV_EXT)
+    created0, freed0 = mod.plan_counts()
+    k = torch.randn(3, 9, dtype=torch.float64)
+    sizes = set()
+    for L in range(20, 400, 4):
+        x = torch.randn(1, 3, L, dtype=torch.float64)
+        y = long_conv1d(x, k, zero_lag=4, method='fft')
+        sizes.add(fft_length(L, 9, 4))
+        if L % 100 == 0:
+            torch.testing.assert_close(y, shifted_sum_conv(x, k, 4), rtol=1e-10, atol=1e-10)
+    created, freed = mod.plan_counts()
+    assert len(sizes) > 40
+    assert created - created0 >= 2 * (len(sizes) - 32)  # at most 32 of them were cached before (fwd + bwd each)
+    assert freed - freed0 > 0
+    assert created - freed <= 2 * 32 * 2 * max(torch.get_num_threads(), 1) + 2 * 32  # both precisions, every thread

@@ -1,0 +1,422 @@
+"""Tests for mrconvnext.ops.talk (TaLK 1-D / 2-D box summation convolutions) and its native kernels.
+
+Independent references (``tests/reference.py``) are plain Python loops in float64 (fractional window overlaps, and the paper's
+Eq. 5 literally); the PyTorch reference ``talk*_reference`` is then the specification for the fused op and the
+native kernels.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from mrconvnext.ops import engines
+from mrconvnext.ops.native_build import cxx_compiler, ensure_ninja
+from mrconvnext.ops.talk import talk1d, talk1d_reference, talk2d, talk2d_reference, talk_offsets_dropout
+from tests.reference import naive_talk1d, naive_talk2d, paper_eq5_talk1d
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def talk_triton_interpreted() -> bool:
+    from mrconvnext.ops.talk import engine_triton
+
+    return engine_triton.interpreted()
+
+
+def offsets_off_grid(shape: tuple[int, ...], maxes: list[int], dtype=torch.float64) -> torch.Tensor:
+    """Random relative offsets whose absolute boundaries i -/+ o * m sit >= 0.2 away from integers.
+
+    maxes[s] is the maximum of side s (last dim); sides with max 0 get arbitrary offsets.
+    """
+    out = torch.empty(shape, dtype=dtype)
+    for s, m in enumerate(maxes):
+        if m == 0:
+            out[..., s] = torch.rand(shape[:-1], dtype=dtype)
+        else:
+            whole = torch.randint(0, m, shape[:-1]).to(dtype)
+            frac = 0.2 + 0.6 * torch.rand(shape[:-1], dtype=dtype)
+            out[..., s] = (whole + frac) / m
+    return out
+
+
+def random_offsets(shape: tuple[int, ...], maxes: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """Uniform offsets in float64; in float32 kept off the grid, where float32 rounding of the reference's
+    positions could pick the other one-sided derivative at a kink."""
+    return torch.rand(shape, dtype=dtype) if dtype == torch.float64 else offsets_off_grid(shape, maxes, dtype)
+
+
+def have_native_cpu() -> bool:
+    return cxx_compiler() is not None
+
+
+IMPLS = [
+    'torch',
+    pytest.param('native', marks=pytest.mark.skipif(not have_native_cpu(), reason='no C++ compiler')),
+    # the Triton kernels on CPU tensors, through Triton's interpreter (tests/conftest.py turns it on without a GPU;
+    # with a GPU the kernels are compiled and tests/cuda runs them on CUDA tensors)
+    pytest.param(
+        'triton',
+        marks=pytest.mark.skipif(
+            engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
+        ),
+    ),
+]
+
+
+def run_with_grads(fn, x, off, *args, engine):
+    x = x.detach().requires_grad_()
+    off = off.detach().requires_grad_()
+    y = fn(x, off, *args, engine=engine)
+    g = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(123))
+    dx, doff = torch.autograd.grad(y, (x, off), g)
+    return y, dx, doff
+
+
+# ---------------------------------------------------------------------------------- native builds
+
+
+def test_cpu_extension_builds():
+    """The CPU extension must build wherever a C++ compiler exists (not skipped silently)."""
+    if not have_native_cpu():
+        pytest.skip('no C++ compiler (c++ / $CXX) on PATH')
+    module = engines.build_native(engines.TALK_EXT)
+    for fn in ('talk1d_forward', 'talk1d_backward', 'talk2d_forward', 'talk2d_backward'):
+        assert hasattr(module, fn)
+    assert engines.talk_engine('cpu') == 'native'
+
+
+# ------------------------------------------------------------------- reference vs independent loops
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_reference_matches_naive_1d(causal):
+    B, C, H, L, ml = 2, 4, 2, 16, 5
+    mr = 0 if causal else 4
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr])
+    expected = naive_talk1d(x, off, ml, mr)
+    torch.testing.assert_close(talk1d_reference(x, off, ml, mr), expected, rtol=1e-12, atol=1e-12)
+    if causal:  # nothing to the right of i contributes
+        x2 = x.clone()
+        x2[..., 9:] = torch.randn_like(x2[..., 9:])
+        torch.testing.assert_close(talk1d_reference(x2, off, ml, mr)[..., :9], expected[..., :9])
+
+
+def test_reference_matches_paper_eq5():
+    B, C, H, L, ml, mr = 1, 4, 2, 12, 4, 3
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr])
+    expected = paper_eq5_talk1d(x, off, ml, mr)
+    torch.testing.assert_close(talk1d_reference(x, off, ml, mr), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_reference_matches_naive_2d():
+    B, C, H, Hh, Ww = 1, 4, 2, 6, 7
+    maxes = (3, 2, 2, 3)  # left, right, top, bottom
+    x = torch.randn(B, C, Hh, Ww, dtype=torch.float64)
+    off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes))
+    expected = naive_talk2d(x, off, *maxes)
+    torch.testing.assert_close(talk2d_reference(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_zero_max_offsets_is_identity():
+    x = torch.randn(2, 6, 11, dtype=torch.float64)
+    off = torch.rand(2, 3, 11, 2, dtype=torch.float64)
+    for engine in ('reference', 'torch', 'native' if have_native_cpu() else 'torch'):
+        torch.testing.assert_close(talk1d(x, off, 0, 0, engine=engine), x)
+    x2 = torch.randn(1, 2, 4, 5, dtype=torch.float64)
+    off2 = torch.rand(1, 1, 4, 5, 4, dtype=torch.float64)
+    torch.testing.assert_close(talk2d(x2, off2, 0, 0, 0, 0), x2)
+
+
+# ------------------------------------------------------------------------- fused / native vs reference
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('case', ['bidirectional', 'causal', 'heads=channels', 'max>L'])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
+def test_1d_matches_reference(impl, dtype, case, layout):
+    B, C, H, L, ml, mr = 2, 6, 3, 19, 5, 4
+    if case == 'causal':
+        mr = 0
+    elif case == 'heads=channels':
+        H = C
+    elif case == 'max>L':
+        ml, mr = 30, 25
+    # channels_last: a (B, C, L) view of a contiguous (B, L, C) tensor, as a flattened channels-last map
+    x = torch.randn(B, C, L, dtype=dtype) if layout == 'contiguous' else torch.randn(B, L, C, dtype=dtype).mT
+    off = random_offsets((B, H, L, 2), [ml, mr], dtype)
+    if layout.endswith('strided_offsets'):  # a (B, H, L, 2) view of a (B, L, H, 2) tensor, as TaLKConv1d makes
+        off = off.transpose(1, 2).contiguous().transpose(1, 2)
+        assert not off.is_contiguous()
+    got = run_with_grads(talk1d, x, off, ml, mr, engine=impl)
+    ref = run_with_grads(talk1d, x.contiguous(), off.contiguous(), ml, mr, engine='reference')
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
+    for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
+    if impl == 'native' and layout.startswith('channels_last'):  # the channels-last CPU kernel ran: y keeps the layout
+        assert got[0].mT.is_contiguous() and not got[0].is_contiguous()
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1)])
+def test_2d_matches_reference(impl, dtype, size):
+    B, C, H = 2, 4, 2
+    Hh, Ww = size
+    maxes = (3, 2, 1, 4)
+    x = torch.randn(B, C, Hh, Ww, dtype=dtype)
+    off = random_offsets((B, H, Hh, Ww, 4), list(maxes), dtype)
+    got = run_with_grads(talk2d, x, off, *maxes, engine=impl)
+    ref = run_with_grads(talk2d, x, off, *maxes, engine='reference')
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
+    for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
+        torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+def test_integer_boundaries_follow_reference_convention(impl):
+    """Offsets on the grid (incl. exactly 0 and 1): the one-sided derivative conventions agree."""
+    B, C, H, L, ml, mr = 1, 4, 2, 13, 4, 3
+    x = torch.randn(B, C, L, dtype=torch.float64)
+    off = torch.stack([torch.randint(0, ml + 1, (B, H, L)) / ml, torch.randint(0, mr + 1, (B, H, L)) / mr], -1).double()
+    got = run_with_grads(talk1d, x, off, ml, mr, engine=impl)
+    ref = run_with_grads(talk1d, x, off, ml, mr, engine='reference')
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    # At offset 0 the gradient is that of opening the window: the neighbour's value.
+    zero = torch.zeros(1, 1, 5, 2, dtype=torch.float64, requires_grad=True)
+    xs = torch.arange(1.0, 6.0, dtype=torch.float64).view(1, 1, 5)
+    (doff,) = torch.autograd.grad(talk1d(xs, zero, 1, 1, engine=impl).sum(), zero)
+    torch.testing.assert_close(doff[0, 0, :, 0], torch.tensor([0.0, 1, 2, 3, 4], dtype=torch.float64) / 3)
+    torch.testing.assert_close(doff[0, 0, :, 1], torch.tensor([2.0, 3, 4, 5, 0], dtype=torch.float64) / 3)
+
+    off2 = torch.stack(
+        [torch.randint(0, 3, (1, 1, 4, 5)) / 2 for _ in range(4)], -1
+    ).double()  # 2-D, all corners on the grid
+    x2 = torch.randn(1, 2, 4, 5, dtype=torch.float64)
+    got = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, engine=impl)
+    ref = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, engine='reference')
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('impl', [*IMPLS, 'reference'])
+def test_nan_offsets_propagate(impl):
+    # 'reference' is the regression of issue 13: it cast the NaN boundary to an int64 index and crashed.
+    x = torch.randn(1, 2, 6)
+    off = torch.rand(1, 1, 6, 2)
+    off[0, 0, 3, 0] = float('nan')
+    y = talk1d(x, off, 3, 3, engine=impl)
+    assert torch.isnan(y[..., 3]).all() and not torch.isnan(y[..., :3]).any()
+    off2 = torch.rand(1, 1, 3, 4, 4)
+    off2[0, 0, 1, 2, 1] = float('nan')
+    y2 = talk2d(torch.randn(1, 2, 3, 4), off2, 2, 2, 1, 1, engine=impl)
+    assert torch.isnan(y2[..., 1, 2]).all() and torch.isnan(y2).sum() == 2
+
+
+# ------------------------------------------------------------------------------------------ gradcheck
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('case', ['1d', '1d-causal', '2d'])
+def test_gradcheck(impl, case):
+    if case.startswith('1d'):
+        B, C, H, L, ml = 2, 4, 2, 9, 4
+        mr = 0 if case == '1d-causal' else 3
+        x = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
+        off = offsets_off_grid((B, H, L, 2), [ml, mr]).requires_grad_()
+        fn = lambda a, o: talk1d(a, o, ml, mr, engine=impl)
+    else:
+        B, C, H, Hh, Ww = 1, 4, 2, 4, 5
+        maxes = (2, 3, 2, 1)
+        x = torch.randn(B, C, Hh, Ww, dtype=torch.float64, requires_grad=True)
+        off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes)).requires_grad_()
+        fn = lambda a, o: talk2d(a, o, *maxes, engine=impl)
+    # the interpreter runs each Triton launch in ~0.1 s: fast mode (random vector-Jacobian products) keeps it short
+    fast = impl == 'triton'
+    assert torch.autograd.gradcheck(fn, (x, off), eps=1e-6, atol=1e-7, rtol=1e-5, fast_mode=fast)
+
+
+# ------------------------------------------------------------------------- low precision, long sequence
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_precision_long_sequence(impl, dtype):
+    """L = 12000 (the issue asks >= 10,000): positions and prefix table in float32, so the output is the float64 result rounded once.
+
+    x has a positive mean, so the prefix sum reaches ~8000 (hopeless in fp16/bf16) and positions beyond 2048
+    have no fractional part in fp16 (the prior-art defect).
+    """
+    B, C, H, L, ml, mr = 1, 4, 2, 12000, 60, 37
+    x = (torch.randn(B, C, L) + 1.0).to(dtype)
+    off = offsets_off_grid((B, H, L, 2), [ml, mr], torch.float32)  # float32 positions pick the same cells
+    y = talk1d(x, off, ml, mr, engine=impl)
+    assert y.dtype == dtype
+    y_cl = talk1d(x.mT.contiguous().mT, off, ml, mr, engine=impl)  # channels-last layout, same math
+    torch.testing.assert_close(y_cl, y)
+    ref = talk1d_reference(x.double(), off.double(), ml, mr)
+    unit_roundoff = torch.finfo(dtype).eps / 2
+    if impl == 'triton' and dtype == torch.bfloat16 and talk_triton_interpreted():
+        # Triton's interpreter casts float32 -> bfloat16 by truncation (error < 1 ulp); compiled kernels round to
+        # nearest even, which tests/cuda checks with the half-ulp bound
+        unit_roundoff *= 2
+    err = (y.double() - ref).abs()
+    # one rounding to dtype + float32 error of a prefix table that grows to max|S| (divided by the window norm)
+    table_max = x.double().cumsum(-1).abs().max().item()
+    bound = unit_roundoff * ref.abs() + 4 * torch.finfo(torch.float32).eps * table_max / (ml + mr + 1)
+    assert (err <= bound).all(), f'max excess {(err - bound).max().item():.3g}'
+    # Gradients also go through float32: compare with the float64 reference.
+    xg, og = x.detach().requires_grad_(), off.detach().requires_grad_()
+    gy = torch.randn(B, C, L).to(dtype)
+    dx, doff = torch.autograd.grad(talk1d(xg, og, ml, mr, engine=impl), (xg, og), gy)
+    x64, o64 = x.double().requires_grad_(), off.double().requires_grad_()
+    dx_ref, doff_ref = torch.autograd.grad(talk1d_reference(x64, o64, ml, mr), (x64, o64), gy.double())
+    assert doff.dtype == torch.float32 and dx.dtype == dtype
+    torch.testing.assert_close(dx.double(), dx_ref, rtol=2 * unit_roundoff, atol=1e-4)
+    torch.testing.assert_close(doff.double(), doff_ref, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------ offsets dropout
+
+
+def test_offsets_dropout():
+    off = torch.rand(4, 2, 500, 2) * 0.98 + 0.01
+    assert talk_offsets_dropout(off, 0.3, training=False) is off
+    assert talk_offsets_dropout(off, 0.0, training=True) is off
+    dropped = talk_offsets_dropout(off, 0.3, training=True)
+    zeroed = dropped == 0
+    assert 0.25 < zeroed.float().mean().item() < 0.35
+    # No rescaling: kept offsets unchanged and everything stays in [0, 1].
+    torch.testing.assert_close(dropped[~zeroed], off[~zeroed], rtol=0, atol=0)
+    assert dropped.min() >= 0 and dropped.max() <= 1
+    assert (talk_offsets_dropout(off, 1.0) == 0).all()
+    with pytest.raises(ValueError, match=r'0 <= p <= 1'):
+        talk_offsets_dropout(off, 1.5)
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_largest_maxima_normalize_like_the_naive_loops(impl, dtype):
+    """Issue 23 item 3: the Triton kernels formed the normalizer in 32-bit integers, so max_left = 2**31 - 1 gave
+    -4.66e-10 instead of +4.66e-10, and 2-D maxima of 46341 4.9e-6 instead of 1.16e-10 (forward and backward).
+    Against the float64 cell loops; gradients (one float64 upstream gradient for both) against the PyTorch engine's
+    float64 autograd. Tolerance relative to each tensor's largest magnitude (window sums cancel): 1e-12 in float64,
+    1e-6 in float32."""
+    eps = 1e-12 if dtype == torch.float64 else 1e-6
+
+    def run(fn, x, off, maxes, engine, dt):
+        x, off = x.to(dt).requires_grad_(), off.to(dt).requires_grad_()
+        y = fn(x, off, *maxes, engine=engine)
+        g = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+        return (y, *torch.autograd.grad(y, (x, off), g.to(dt)))
+
+    def check(fn, naive, x, off, maxes):
+        got = run(fn, x, off, maxes, impl, dtype)
+        ref = (naive(x, off, *maxes), *run(fn, x, off, maxes, 'torch', torch.float64)[1:])
+        for a, r in zip(got, ref):
+            torch.testing.assert_close(a.double(), r, rtol=0, atol=eps * r.abs().max().item())
+
+    top = 2**31 - 1
+    x1, off1 = torch.randn(2, 4, 9, dtype=torch.float64), torch.rand(2, 2, 9, 2, dtype=torch.float64)
+    for maxes in ((top, 0), (top, top), (7, top)):
+        check(talk1d, naive_talk1d, x1, off1, maxes)
+    x2, off2 = torch.randn(1, 2, 3, 4, dtype=torch.float64), torch.rand(1, 1, 3, 4, 4, dtype=torch.float64)
+    for maxes in ((46341,) * 4, (top,) * 4):
+        check(talk2d, naive_talk2d, x2, off2, maxes)
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+
+X1, O1 = torch.randn(2, 4, 8), torch.rand(2, 2, 8, 2)
+X2, O2 = torch.randn(2, 4, 3, 5), torch.rand(2, 2, 3, 5, 4)
+
+BAD_1D = [
+    ((torch.randn(4, 8), O1, 2, 2), ValueError, r'3-D tensor \(B, C, L\), got shape \(4, 8\)'),
+    ((X1, torch.rand(2, 2, 8), 2, 2), ValueError, r'expected shape \(B, heads, L, 2\) = \(2, heads, 8, 2\)'),
+    ((X1, torch.rand(2, 2, 7, 2), 2, 2), ValueError, r'got \(2, 2, 7, 2\)'),
+    ((X1, torch.rand(3, 2, 8, 2), 2, 2), ValueError, r'expected shape'),
+    ((X1, torch.rand(2, 3, 8, 2), 2, 2), ValueError, r'heads \(3\) must divide the channels \(4\)'),
+    ((X1, O1, -1, 2), ValueError, r'talk: max_left must be an int in \[0, 2147483647\], got -1'),
+    ((X1, O1, 2, -3), ValueError, r'talk: max_right must be an int in \[0, 2147483647\], got -3'),
+    ((X1, O1, 2.5, 2), TypeError, r'talk: max_left must be an int in \[0, 2147483647\], got float'),
+    ((X1, O1, 2**63, 2), ValueError, r'talk: max_left must be an int in \[0, 2147483647\], got 9223372036854775808'),
+    ((X1, O1, 2, 2**31), ValueError, r'talk: max_right must be an int in \[0, 2147483647\], got 2147483648'),
+    ((X1.long(), O1, 2, 2), TypeError, r'x: expected a floating-point dtype, got torch.int64'),
+    ((X1, O1.int(), 2, 2), TypeError, r'offsets: expected a floating-point dtype, got torch.int32'),
+    ((X1.tolist(), O1, 2, 2), TypeError, r'x: expected a torch.Tensor, got list'),
+]
+
+
+@pytest.mark.parametrize('engine', ['auto', 'torch', 'reference', 'native', 'triton'])
+@pytest.mark.parametrize('args,exc,match', BAD_1D)
+def test_bad_inputs_1d(args, exc, match, engine):
+    with pytest.raises(exc, match=match):
+        talk1d(*args, engine=engine)
+
+
+BAD_2D = [
+    ((X1, O2, 1, 1, 1, 1), ValueError, r'4-D tensor \(B, C, H, W\), got shape \(2, 4, 8\)'),
+    ((X2, torch.rand(2, 2, 3, 5, 2), 1, 1, 1, 1), ValueError, r'\(B, heads, H, W, 4\) = \(2, heads, 3, 5, 4\)'),
+    ((X2, torch.rand(2, 3, 3, 5, 4), 1, 1, 1, 1), ValueError, r'heads \(3\) must divide'),
+    ((X2, O2, 1, 1, -1, 1), ValueError, r'talk: max_top must be an int in \[0, 2147483647\], got -1'),
+    ((X2, O2, 1, 1, 1, True), TypeError, r'talk: max_bottom must be an int in \[0, 2147483647\], got bool'),
+    (
+        (X2, O2, 1, 2**63, 1, 1),
+        ValueError,
+        r'talk: max_right must be an int in \[0, 2147483647\], got 9223372036854775808',
+    ),
+    ((X2.to(torch.int16), O2, 1, 1, 1, 1), TypeError, r'floating-point dtype, got torch.int16'),
+]
+
+
+@pytest.mark.parametrize('engine', ['auto', 'torch', 'reference', 'native', 'triton'])
+@pytest.mark.parametrize('args,exc,match', BAD_2D)
+def test_bad_inputs_2d(args, exc, match, engine):
+    with pytest.raises(exc, match=match):
+        talk2d(*args, engine=engine)
+
+
+def test_bad_engine():
+    with pytest.raises(
+        ValueError, match=r"talk: engine must be one of \('auto', 'native', 'triton', 'torch', 'reference'\)"
+    ):
+        talk1d(X1, O1, 2, 2, engine='cuda')
+    with pytest.raises(ValueError, match='talk: backend must be one of'):
+        talk1d(X1, O1, 2, 2, backend='cuda')
+
+
+@pytest.mark.parametrize('engine', ['auto', 'torch', 'reference'])
+def test_backend_keyword_is_deprecated_and_means_the_engine(engine):
+    """The old ``backend=`` spelling warns and computes what the same ``engine=`` computes."""
+    x, off = torch.randn(2, 4, 9), torch.rand(2, 2, 9, 2)
+    with pytest.warns(DeprecationWarning, match=f'backend={engine!r} is deprecated.*use engine={engine!r}'):
+        old = talk1d(x, off, 3, 2, backend=engine)
+    assert torch.equal(old, talk1d(x, off, 3, 2, engine=engine))
+
+
+def test_native_engine_unavailable_raises_and_auto_falls_back(monkeypatch):
+    monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
+    engines.reset()  # the one-time warning may have been given already
+    with pytest.raises(RuntimeError, match='native TaLK kernels unavailable'):
+        talk1d(X1, O1, 2, 2, engine='native')
+    with pytest.warns(RuntimeWarning, match='using the PyTorch implementation'):
+        y = talk1d(X1, O1, 2, 2)
+    torch.testing.assert_close(y, talk1d_reference(X1, O1, 2, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        talk1d(X1, O1, 2, 2)  # warned once only
+
+
+def test_ninja_and_compiler_visible():
+    """Documented requirement of the JIT build: a C++ compiler; ninja is found from the venv if not on PATH."""
+    if not have_native_cpu():
+        pytest.skip('no C++ compiler')
+    ensure_ninja()
+    assert shutil.which('ninja') is not None

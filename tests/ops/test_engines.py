@@ -1,0 +1,108 @@
+"""The resolver (mrconvnext.ops.engines): what 'auto' picks for each operator, device, dtype and size, the errors for
+bad or unavailable choices, the deprecated ``backend`` spelling, and the ``python -m mrconvnext.engines`` report."""
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from mrconvnext.ops import engines
+from mrconvnext.ops.native_build import cxx_compiler
+
+NATIVE = torch.backends.mkl.is_available() and cxx_compiler() is not None
+
+
+@pytest.fixture
+def fresh():
+    """Availability forgotten before and after the test."""
+    engines.reset(native=True)
+    yield
+    engines.reset(native=True)
+
+
+def test_long_convolutions_choose_by_taps_device_and_dtype():
+    auto = engines.DIRECT_MAX_TAPS
+    assert engines.resolve('long_conv1d', 'cpu', taps=auto) == ('direct', 'torch')
+    assert engines.resolve('long_conv1d', 'cpu', taps=auto + 1) == ('fft', 'native' if NATIVE else 'torch')
+    assert engines.resolve('long_conv1d', 'cuda', taps=3136) == ('fft', 'torch')  # cuFFT through torch.fft
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136) == ('fft', 'torch')  # no flashfftconv
+    assert engines.resolve('long_conv1d', 'cpu', method='fft', engine='torch', taps=7) == ('fft', 'torch')
+    assert engines.resolve('long_conv1d', 'cpu', engine='torch', taps=7) == ('direct', 'torch')
+    if NATIVE:
+        assert engines.resolve('long_conv1d', 'cpu', engine='native', taps=7) == ('fft', 'native')  # no direct form
+    with pytest.raises(RuntimeError, match='native FFT kernels run CPU tensors only'):
+        engines.resolve('long_conv1d', 'cuda', engine='native')
+
+
+def test_talk_and_dynamic_conv():
+    expected_cpu = 'native' if cxx_compiler() is not None else 'torch'
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # the fallback note where nothing builds
+        assert engines.resolve('talk1d', 'cpu') == ('-', expected_cpu)
+        assert engines.resolve('talk2d', 'cpu', engine='reference') == ('-', 'reference')
+    assert engines.resolve('talk1d', 'meta') == ('-', 'torch')
+    assert engines.resolve('dynamic_conv1d', 'cuda') == ('-', 'torch')
+    with pytest.raises(RuntimeError, match='native TaLK kernels unavailable for cuda'):
+        engines.resolve('talk1d', 'cuda', engine='native')
+
+
+@pytest.mark.parametrize(
+    'call, match',
+    [
+        (lambda: engines.resolve('talk3d', 'cpu'), r"resolve: op must be one of \('long_conv1d'"),
+        (lambda: engines.resolve('talk1d', 'cpu', engine='cuda'), r"talk: engine must be one of \('auto', 'native'"),
+        (lambda: engines.resolve('long_conv1d', 'cpu', method='wavelet'), r"method must be one of \('auto', 'fft'"),
+        (lambda: engines.resolve('dynamic_conv1d', 'cpu', engine='triton'), r"engine must be one of \('auto', 'torch'"),
+        (lambda: engines.build_native('mrconvnext_nope'), r"unknown native extension 'mrconvnext_nope'"),
+    ],
+)
+def test_bad_choices_are_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_disabled_native_kernels_fall_back_with_one_warning(monkeypatch, fresh):
+    monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
+    assert engines.load_native(engines.TALK_EXT) is None and not engines.native_available(engines.FFTCONV_EXT)
+    assert engines.resolve('long_conv1d', 'cpu', taps=3136) == ('fft', 'torch')
+    assert engines.resolve('branch_conv_bn_sum', 'cpu')[1].startswith('none')
+    with pytest.warns(RuntimeWarning, match=r'no native TaLK kernel for cpu tensors \(disabled by MRCONVNEXT_DISABLE'):
+        assert engines.talk_engine('cpu') == 'torch'
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert engines.talk_engine('cpu') == 'torch'  # warned once only
+    with pytest.raises(RuntimeError, match='disabled by MRCONVNEXT_DISABLE_NATIVE'):
+        engines.talk_engine('cpu', 'native')
+
+
+@pytest.mark.parametrize(
+    'family, backend, expected',
+    [
+        ('long_conv', 'fft', ('fft', 'auto')),
+        ('long_conv', 'direct', ('direct', 'auto')),
+        ('long_conv', 'auto', ('auto', 'auto')),
+        ('long_conv', 'flashfft', ('fft', 'flashfft')),
+        ('talk', 'native', ('auto', 'native')),
+        ('talk', 'reference', ('auto', 'reference')),
+    ],
+)
+def test_the_old_backend_keyword_maps_to_method_and_engine(family, backend, expected):
+    with pytest.warns(DeprecationWarning, match=f'owner: backend={backend!r} is deprecated'):
+        assert engines.from_backend('owner', family, backend, 'auto', 'auto') == expected
+
+
+def test_the_report_names_every_operator_and_the_build_state():
+    text = engines.report()
+    for op in ('long_conv1d (3136 taps)', 'long_conv1d (7 taps)', 'branch_conv_bn_sum', 'talk1d', 'talk2d'):
+        assert sum(line.startswith(op) for line in text.splitlines()) == 4, op  # cpu / cuda x float32 / bfloat16
+    assert f'cache:   {engines.build_root()}' in text and engines.TALK_EXT in text
+    line = next(x for x in text.splitlines() if x.startswith('long_conv1d (7 taps)') and ' cpu ' in x)
+    assert line.split()[-2:] == ['direct', 'torch']
+
+
+def test_the_engines_command_prints_the_report():
+    out = subprocess.run([sys.executable, '-m', 'mrconvnext.engines'], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith('mrconvnext engines') and 'talk2d' in out.stdout and 'cache:' in out.stdout
