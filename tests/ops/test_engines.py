@@ -10,6 +10,7 @@ import torch
 
 from mrconvnext.ops import engines
 from mrconvnext.ops.native_build import cxx_compiler
+from tests.limits import HANG_LIMIT_S
 
 NATIVE = torch.backends.mkl.is_available() and cxx_compiler() is not None
 
@@ -103,6 +104,8 @@ def test_the_report_names_every_operator_and_the_build_state():
 
 
 def test_the_engines_command_prints_the_report():
-    out = subprocess.run([sys.executable, '-m', 'mrconvnext.engines'], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, '-m', 'mrconvnext.engines'], capture_output=True, text=True, timeout=HANG_LIMIT_S
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith('mrconvnext engines') and 'talk2d' in out.stdout and 'cache:' in out.stdout

@@ -5,6 +5,7 @@ import sys
 import types
 
 from mrconvnext.ops import engines, native_build
+from tests.limits import HANG_LIMIT_S
 
 
 def test_first_build_says_what_it_does_and_a_cached_one_is_quiet(tmp_path, monkeypatch, capsys):
@@ -38,6 +39,6 @@ def test_no_stray_cuda_notice_on_import():
         'native_build.import_cpp_extension()\n'
         'assert "torch.utils.cpp_extension" in sys.modules\n'
     )
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=HANG_LIMIT_S)
     assert out.returncode == 0, out.stderr
     assert 'No CUDA runtime' not in out.stderr + out.stdout

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.limits import HANG_LIMIT_S
+
 from .conftest import REPO
 
 SCRIPT = REPO / 'scripts' / 'bench_speed.py'
@@ -143,7 +145,12 @@ def test_tiny_run_writes_csv_and_markdown(tmp_path):
     argv += ['--threads', '1', '--out-prefix', str(prefix)]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+        [sys.executable, str(SCRIPT), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=HANG_LIMIT_S,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'run 2/2' in proc.stdout and 'verdict' in proc.stdout and 'per run' in proc.stdout

@@ -12,6 +12,8 @@ import sys
 
 import torch
 
+from tests.limits import HANG_LIMIT_S
+
 from .conftest import REPO
 
 DRIVER = """
@@ -86,7 +88,7 @@ def test_torchrun_two_cpu_processes_end_with_identical_weights(digits_dir, tmp_p
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2']
     cmd += [str(driver), str(out), *train_args]
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_LIMIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     reports = [json.loads((out / f'rank{r}.json').read_text()) for r in (0, 1)]

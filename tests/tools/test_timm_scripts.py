@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.limits import HANG_LIMIT_S
+
 from .conftest import REPO
 
 # stands in for timm's validate.py / benchmark.py / inference.py (they are not in the timm wheel):
@@ -31,7 +33,9 @@ if __name__ == '__main__':
 
 def _run(args, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_LIMIT_S
+    )
 
 
 def test_launcher_registers_the_models_and_runs_the_script(tmp_path):

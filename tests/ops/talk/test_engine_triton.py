@@ -12,6 +12,7 @@ import torch
 
 from mrconvnext.ops import engines
 from mrconvnext.ops.talk import operators, talk1d, talk1d_reference, talk2d, talk2d_reference
+from tests.limits import HANG_LIMIT_S
 
 triton_cpu = pytest.mark.skipif(
     engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
@@ -56,7 +57,7 @@ def test_triton_on_cpu_without_the_interpreter_is_a_clear_error():
         '    talk1d(x, off, 1, 1, engine="triton")\n'
     )
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=HANG_LIMIT_S, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -137,6 +138,8 @@ def test_kernels_compile_for_hopper():
     the interpreter the kernels here were defined under."""
     pytest.importorskip('triton')
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    proc = subprocess.run([sys.executable, '-c', _COMPILE_ALL], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, '-c', _COMPILE_ALL], capture_output=True, text=True, env=env, timeout=HANG_LIMIT_S
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'compiled 10' in proc.stdout
