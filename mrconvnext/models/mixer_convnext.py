@@ -320,10 +320,28 @@ def create_mixer_convnext(model_cls: type[MixerConvNeXt], variant: str, pretrain
     """``build_model_with_cfg`` with ConvNeXt's feature config and the weight-source check."""
     if pretrained:
         _check_weight_source(variant, kwargs)
-    return build_model_with_cfg(
+    model = build_model_with_cfg(
         model_cls,
         variant,
         pretrained,
         feature_cfg=dict(out_indices=(0, 1, 2, 3), flatten_sequential=True),
         **kwargs,
     )
+    _follow_img_size(model, _pair(kwargs.get('img_size', 224)), kwargs.get('in_chans'))
+    return model
+
+
+def _follow_img_size(model: nn.Module, size: tuple[int, int], in_chans: int | None) -> None:
+    """The ``pretrained_cfg``'s ``input_size`` / ``pool_size`` follow the size the model (or its ``features_only``
+    wrapper) was built for, so that ``save_for_hf`` / ``push_to_hf_hub`` configs and timm's ``resolve_data_config``
+    feed it images of that size; ``crop_pct`` and the normalization stay the configuration's."""
+    cfg = getattr(model, 'pretrained_cfg', None)
+    if not isinstance(cfg, dict) or 'input_size' not in cfg:
+        return
+    H, W = size
+    stride = getattr(model, 'stride', 32)  # every ConvNeXt here reduces by 32
+    model.pretrained_cfg = dict(
+        cfg, input_size=(in_chans or cfg['input_size'][0], H, W), pool_size=(H // stride, W // stride)
+    )
+    if hasattr(model, 'default_cfg'):
+        model.default_cfg = model.pretrained_cfg

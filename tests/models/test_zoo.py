@@ -222,3 +222,21 @@ def test_models_pass_method_and_engine_to_every_mixer(name, kwargs, cls, attr):
     assert all(tuple(getattr(m, a) for a in attr) == tuple(kwargs[a] for a in attr) for m in mixers)
     with pytest.raises(ValueError, match='engine must be one of'):
         timm.create_model(name, img_size=32, engine='cuda')
+
+
+@pytest.mark.parametrize('name', ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'dynconvnext_atto'])
+def test_save_for_hf_config_follows_img_size(name, tmp_path):
+    """A model built at ``img_size=64`` writes a config whose data settings feed it 64 px images (it wrote 224):
+    ``input_size`` and ``pool_size`` follow the build size, ``crop_pct`` stays the configuration's."""
+    model = timm.create_model(name, img_size=(64, 96), num_classes=4).eval()
+    save_for_hf(model, tmp_path, safe_serialization=True)
+    cfg = json.loads((tmp_path / 'config.json').read_text())['pretrained_cfg']
+    assert cfg['input_size'] == [3, 64, 96] and cfg['pool_size'] == [2, 3] and cfg['crop_pct'] == 0.875
+    reloaded = timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()
+    data = timm.data.resolve_data_config({}, model=reloaded)
+    assert data['input_size'] == (3, 64, 96)
+    x = torch.randn(1, *data['input_size'])
+    with torch.no_grad():
+        assert torch.equal(reloaded(x), model(x))
+    features = timm.create_model(name, img_size=64, features_only=True)
+    assert features.pretrained_cfg['input_size'] == (3, 64, 64)
