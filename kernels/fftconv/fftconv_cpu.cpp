@@ -4,8 +4,8 @@
 //   out[b, i, c, t] = (irfft_n(rfft_n(x[b, c, :]) * k_f[i, c, :]))[t] + bias[c],   0 <= t < L
 //
 // x (B, C, L) and out (B, N, C, L) with any strides (a flattened channels-last map is read and written in
-// place), k_f (N, C, n/2 + 1) complex contiguous: the spectra of the circular kernels (see long_conv.py for
-// the lag convention; the caller picks n so that nothing wraps around). Parallel over (batch item, block of
+// place), k_f (N, C, n/2 + 1) complex contiguous: the spectra of the circular kernels (mrconvnext/ops/long_conv/
+// layout.py has the lag convention; the caller picks n so that nothing wraps around). Parallel over (batch item, block of
 // channels); each task gathers its sequences into a zero-tailed buffer, runs one batched in-place real FFT
 // per direction with oneMKL DFTI (single-threaded inside the task) and scatters the cropped result, so the
 // padded input, spectra and output of a block stay in the core's cache. torch.fft does the same arithmetic

@@ -1,6 +1,6 @@
 // Per-element arithmetic of the TaLK (time-aware large kernel) summation convolution.
 //
-// Included by talk_cpu.cpp. The GPU kernels are Triton (mrconvnext/ops/talk_triton.py) and follow these conventions
+// Included by talk_cpu.cpp. The GPU kernels are Triton (mrconvnext/ops/talk/engine_triton.py) and follow these conventions
 // line for line (start/end edges, the fraction at kinks, NaN propagation), tested against the same float64
 // references. No torch headers here: plain templates over the accumulation type
 // acc_t (float, or double for double inputs) and the storage type of x.

@@ -16,9 +16,9 @@ the ``triton_op`` ``mrconvnext::talk1d_triton``), reached with an explicit ``eng
 
 Availability and switches (read nowhere else)
     ``MRCONVNEXT_DISABLE_NATIVE=1``: no native kernels. ``MRCONVNEXT_EXT_DIR``: the build cache (default
-    ``~/.cache/mrconvnext``, a subdirectory per Python / torch / CUDA version). ``MRCONVNEXT_KERNEL_DIR``: the native
+    ``~/.cache/mrconvnext``, one directory per build, keyed by source content, torch and compiler flags). ``MRCONVNEXT_KERNEL_DIR``: the native
     sources (default: those shipped in the wheel, else a checkout's ``kernels/``). A native extension is built on
-    first use; one that fails warns once and its operators run the ``'torch'`` engine (never zeros). An explicit
+    first use, or ahead of time by ``python -m mrconvnext.engines --build``; one that fails warns once and its operators run the ``'torch'`` engine (never zeros). An explicit
     engine that cannot run raises ``RuntimeError`` saying why.
 
 ``python -m mrconvnext.engines`` prints, for each operator and device, what ``'auto'`` picks, and the build status.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 import threading
 import warnings
 from pathlib import Path
@@ -151,10 +150,10 @@ def native_sources_dir() -> Path:
 
 
 def build_root() -> Path:
-    """Build cache directory for this Python / torch / CUDA combination."""
-    root = Path(os.environ.get('MRCONVNEXT_EXT_DIR') or Path.home() / '.cache' / 'mrconvnext')
-    tag = f'py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-cu{torch.version.cuda}'
-    return root / tag.replace('+', '_')
+    """The native build cache, shared by every installation on the machine: ``$MRCONVNEXT_EXT_DIR``, else
+    ``~/.cache/mrconvnext``. Each build lies in a directory keyed by what it depends on
+    (:func:`~mrconvnext.ops.native_build.cache_key`)."""
+    return Path(os.environ.get('MRCONVNEXT_EXT_DIR') or Path.home() / '.cache' / 'mrconvnext')
 
 
 def build_native(ext: str, verbose: bool = False) -> ModuleType:
@@ -166,7 +165,7 @@ def build_native(ext: str, verbose: bool = False) -> ModuleType:
         if ext == FFTCONV_EXT and not torch.backends.mkl.is_available():
             raise RuntimeError('this torch build has no MKL, whose FFT functions the fused kernel calls')
         family, source = _SOURCES[ext]
-        module = build_extension(ext, [native_sources_dir() / family / source], build_root() / ext, verbose=verbose)
+        module = build_extension(ext, native_sources_dir() / family, source, build_root(), verbose=verbose)
         _modules[ext] = module
         return module
 
@@ -432,13 +431,15 @@ def report() -> str:
                         method, engine = '-', f'unavailable ({exc})'
                     name = f'{op}' + (f' ({taps} taps)' if op == 'long_conv1d' else '')
                     lines.append(f'{name:<27} {device:<6} {str(dtype)[6:]:<9} {method:<7} {engine}')
-    lines += ['', 'native CPU kernels (built on first use)']
+    lines += ['', 'native CPU kernels (built on first use, or by `python -m mrconvnext.engines --build`)']
     for ext in (TALK_EXT, FFTCONV_EXT):
         state = 'disabled (MRCONVNEXT_DISABLE_NATIVE)' if native_disabled() else None
         if state is None:
             mod = _modules.get(ext)
             state = (
-                'built' if mod is not None else (f'failed: {native_error(ext)}' if native_error(ext) else 'not built')
+                f'built ({Path(mod.__file__).parent.name})'
+                if mod is not None
+                else (f'failed: {native_error(ext)}' if native_error(ext) else 'not built')
             )
         lines.append(f'  {ext}: {state}')
     lines.append(f'  sources: {native_sources_dir()}')

@@ -1,19 +1,46 @@
-"""Compiling the native CPU extensions (``kernels/``) with ``torch.utils.cpp_extension.load``.
+"""Compiling the native CPU extensions (``kernels/``) with ``torch.utils.cpp_extension.load``, once per machine.
 
-The machinery only: which extensions exist, where their sources and builds live and when to build them is
+A build is cached under a key of what the binary depends on: the content of every file in its source directory,
+the torch version, git revision and C++ ABI, the Python ABI, the platform, the compiler named by ``$CXX`` and the
+flags. Not where the sources lie: a checkout, an installed wheel and a second virtual environment with the same
+torch share one build. The sources are copied into the cache directory and compiled from there, so the build
+files name no path outside it. A build announces itself on stderr every time one starts; processes that need the
+same build at once (DDP ranks, pytest-xdist workers) take a file lock, one builds and the others wait for it and
+load its result. Old builds are never deleted (a few MB each; remove the cache directory to reclaim them).
+
+The machinery only: which extensions exist, where their sources and the cache live and when to build them is
 :mod:`.engines`' business. GPU kernels are Triton (no compiler toolchain needed there).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
 import logging
 import os
+import platform
 import shutil
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ['build_extension', 'cxx_compiler', 'ensure_ninja', 'import_cpp_extension']
+import torch
+
+__all__ = ['CFLAGS', 'LDFLAGS', 'build_extension', 'cache_key', 'cxx_compiler', 'ensure_ninja', 'import_cpp_extension']
+
+# at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
+# libgomp torch already loaded (same soname).
+CFLAGS = ('-O3', '-fopenmp')
+LDFLAGS = ('-fopenmp',)
+_DONE = 'built'  # written into the cache directory after a successful build; holds the library's file name
+_SOURCE_SUFFIXES = ('.cpp', '.cc', '.h', '.hpp')  # what a build reads from its source directory
+
+
+def _sources(source_dir: Path) -> list[Path]:
+    return sorted(p for p in source_dir.iterdir() if p.is_file() and p.suffix in _SOURCE_SUFFIXES)
 
 
 def cxx_compiler() -> str | None:
@@ -55,29 +82,100 @@ def import_cpp_extension():
     return cpp_extension
 
 
-def build_extension(name: str, sources: list[Path], build_dir: Path, *, verbose: bool = False) -> ModuleType:
-    """Compile (or load from ``build_dir``) the CPU extension ``name`` from ``sources``; raises on failure."""
-    ensure_ninja()
-    load = import_cpp_extension().load
-    missing = [str(s) for s in sources if not s.exists()]
-    if missing:
-        raise FileNotFoundError(f'native kernel sources not found: {missing} (set MRCONVNEXT_KERNEL_DIR)')
+def cache_key(name: str, source_dir: Path) -> str:
+    """Hex digest of what the extension ``name`` built from ``source_dir`` depends on (see the module docstring)."""
+    h = hashlib.sha256()
+    abi = [
+        name,
+        torch.__version__,
+        str(torch.version.git_version),
+        str(torch._C._GLIBCXX_USE_CXX11_ABI),
+        sys.implementation.cache_tag,
+        platform.system(),
+        platform.machine(),
+        os.environ.get('CXX', 'c++'),
+        ' '.join(CFLAGS),
+        ' '.join(LDFLAGS),
+    ]
+    h.update('\0'.join(abi).encode())
+    for path in _sources(source_dir):
+        h.update(b'\0' + path.name.encode() + b'\0' + path.read_bytes())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` across processes, saying on stderr when another holds it. The kernel
+    drops the lock of a process that dies, so a killed build never blocks the next one."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no cross-process lock; concurrent processes may build twice, each into place
+        yield
+        return
+    with open(lock_path, 'a') as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f'mrconvnext: waiting for another process building {what}...', file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _import_library(path: Path) -> ModuleType:
+    """Import the extension module in ``path`` (its module name is the file's stem)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f'cannot import the native extension {path}')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, *, verbose: bool = False) -> ModuleType:
+    """The CPU extension ``name`` compiled from ``source_dir / source`` (headers beside it), loaded from
+    ``cache_root`` if this content was built there for this torch and compiler, else built first (once across
+    processes). Raises on failure."""
+    if not (source_dir / source).is_file():
+        raise FileNotFoundError(
+            f'native kernel source not found: {source_dir / source} (set MRCONVNEXT_KERNEL_DIR to the kernels/ folder)'
+        )
+    build_dir = cache_root / f'{name}-{cache_key(name, source_dir)[:20]}'
+    done = build_dir / _DONE
+    if done.is_file():
+        return _import_library(build_dir / done.read_text().strip())
     build_dir.mkdir(parents=True, exist_ok=True)
-    # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
-    # libgomp torch already loaded (same soname).
-    if not (build_dir / f'{name}.so').exists():  # a first build takes a while: say so rather than look hung
+    with _exclusive(build_dir / 'build.lock', f'the native CPU kernels {name} in {build_dir}'):
+        if done.is_file():  # built by the process we waited for
+            return _import_library(build_dir / done.read_text().strip())
         print(
-            f'mrconvnext: building the native CPU kernels {name} (first use, 30-60 s; cached in {build_dir})...',
+            f'mrconvnext: building the native CPU kernels {name} (30-90 s, once per torch version and source '
+            f'content; cached in {build_dir}; `python -m mrconvnext.engines --build` builds ahead of time)...',
             file=sys.stderr,
             flush=True,
         )
-    return load(
-        name=name,
-        sources=[str(s) for s in sources],
-        extra_cflags=['-O3', '-fopenmp'],
-        extra_ldflags=['-fopenmp'],
-        extra_include_paths=[str(sources[0].parent)],
-        build_directory=str(build_dir),
-        with_cuda=False,
-        verbose=verbose,
-    )
+        start = time.perf_counter()
+        src = build_dir / 'src'
+        shutil.rmtree(src, ignore_errors=True)
+        src.mkdir()
+        for path in _sources(source_dir):
+            shutil.copyfile(path, src / path.name)
+        ensure_ninja()
+        module = import_cpp_extension().load(
+            name=name,
+            sources=[str(src / source)],
+            extra_cflags=list(CFLAGS),
+            extra_ldflags=list(LDFLAGS),
+            extra_include_paths=[str(src)],
+            build_directory=str(build_dir),
+            with_cuda=False,
+            verbose=verbose,
+        )
+        library = Path(module.__file__).name
+        tmp = build_dir / f'{_DONE}.tmp'
+        tmp.write_text(library)
+        os.replace(tmp, done)
+        print(f'mrconvnext: built {name} in {time.perf_counter() - start:.0f} s', file=sys.stderr, flush=True)
+        return module

@@ -109,3 +109,24 @@ def test_the_engines_command_prints_the_report():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith('mrconvnext engines') and 'talk2d' in out.stdout and 'cache:' in out.stdout
+
+
+@pytest.mark.skipif(not NATIVE, reason='needs a C++ compiler and an MKL build of torch')
+def test_build_ahead_of_time_names_the_libraries():
+    """``--build`` leaves both extensions in the cache (built there already or now) and says where."""
+    out = subprocess.run(
+        [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    for ext in (engines.TALK_EXT, engines.FFTCONV_EXT):
+        line = next(x for x in out.stdout.splitlines() if x.startswith(f'{ext}: '))
+        assert line.endswith('.so') and str(engines.build_root()) in line
+        assert f'{ext}: built ({ext}-' in out.stdout
+
+
+def test_build_fails_loudly_where_native_kernels_are_off(monkeypatch):
+    monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
+    out = subprocess.run(
+        [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
+    )
+    assert out.returncode == 1 and 'disabled by MRCONVNEXT_DISABLE_NATIVE' in out.stderr

@@ -1,32 +1,79 @@
-"""The native-kernel loader's first-use behaviour (the kernels themselves are tested through their ops)."""
+"""The native-kernel build cache and loader (the kernels themselves are tested through their ops)."""
 
+import os
+import shutil
 import subprocess
 import sys
-import types
+from pathlib import Path
+
+import pytest
 
 from mrconvnext.ops import engines, native_build
+from mrconvnext.ops.native_build import cxx_compiler
 from tests.limits import HANG_LIMIT_S
 
 
-def test_first_build_says_what_it_does_and_a_cached_one_is_quiet(tmp_path, monkeypatch, capsys):
-    """A build whose library is not in the cache announces itself on stderr; one found there does not. The
-    compiler is replaced by a stub that writes the library, so nothing is compiled here."""
-    monkeypatch.setenv('MRCONVNEXT_EXT_DIR', str(tmp_path))
-    calls = []
+def _copy_sources(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns('__pycache__'))
+    return dst
 
-    def fake_load(name, build_directory, **kwargs):
-        calls.append(name)
-        (tmp_path / build_directory / f'{name}.so').touch()
-        return types.ModuleType(name)
 
-    monkeypatch.setattr(native_build.import_cpp_extension(), 'load', fake_load)
-    sources = [engines.native_sources_dir() / 'talk' / 'talk_cpu.cpp']
-    build_dir = engines.build_root() / 'probe_ext'
-    native_build.build_extension('probe_ext', sources, build_dir)
-    err = capsys.readouterr().err
-    assert 'building the native CPU kernels probe_ext (first use' in err and str(tmp_path) in err
-    native_build.build_extension('probe_ext', sources, build_dir)
-    assert capsys.readouterr().err == '' and calls == ['probe_ext', 'probe_ext']
+def test_cache_key_covers_content_not_location(tmp_path):
+    """Two copies of the sources key alike wherever they lie (and whatever else lies beside them); a changed header
+    or another extension name keys differently."""
+    talk = engines.native_sources_dir() / 'talk'
+    a = _copy_sources(talk, tmp_path / 'a' / 'talk')
+    b = _copy_sources(talk, tmp_path / 'elsewhere' / 'b')
+    (b / 'notes.txt').write_text('not a source')
+    key = native_build.cache_key(engines.TALK_EXT, a)
+    assert native_build.cache_key(engines.TALK_EXT, b) == key
+    assert native_build.cache_key('other_ext', a) != key
+    header = b / 'talk_math.h'
+    header.write_text(header.read_text() + '\n// changed\n')
+    assert native_build.cache_key(engines.TALK_EXT, b) != key
+
+
+BUILD = 'import sys\nfrom mrconvnext.ops import engines\nprint(engines.build_native(engines.TALK_EXT).__file__)\n'
+
+
+@pytest.mark.skipif(cxx_compiler() is None, reason='no C++ compiler')
+def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
+    """Two processes start at once on an empty cache, with the same kernel sources at two locations (a checkout and
+    an installed wheel, two environments): one builds, saying so on stderr, the other waits for it and loads its
+    library. A third process later loads it silently, without a compiler run."""
+    talk = engines.native_sources_dir() / 'talk'
+    dirs = [_copy_sources(talk, tmp_path / name / 'talk').parent for name in ('checkout', 'site-packages')]
+    cache = tmp_path / 'cache'
+
+    def start(kernel_dir: Path) -> subprocess.Popen:
+        env = dict(os.environ, MRCONVNEXT_EXT_DIR=str(cache), MRCONVNEXT_KERNEL_DIR=str(kernel_dir))
+        env.pop('MRCONVNEXT_DISABLE_NATIVE', None)
+        return subprocess.Popen(
+            [sys.executable, '-c', BUILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    procs = [start(d) for d in dirs]
+    results = [p.communicate(timeout=HANG_LIMIT_S) for p in procs]
+    for p, (_, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, err
+    errs = [err for _, err in results]
+    announced = [err.count('mrconvnext: building the native CPU kernels mrconvnext_talk_cpu') for err in errs]
+    assert sorted(announced) == [0, 1], errs
+    # the other one waited on the lock (or, started late on a loaded machine, found the build done)
+    other = errs[announced.index(0)].strip()
+    assert other == '' or other.startswith('mrconvnext: waiting for another process building the native CPU kernels')
+    libraries = {out.strip() for out, _ in results}
+    assert len(libraries) == 1 and len(list(cache.iterdir())) == 1, (libraries, list(cache.iterdir()))
+    (library,) = libraries
+    assert Path(library).parent.parent == cache
+    compiles = (Path(library).parent / '.ninja_log').read_text().count('talk_cpu.o')
+    assert compiles == 1
+
+    later = start(dirs[0])
+    out, err = later.communicate(timeout=HANG_LIMIT_S)
+    assert later.returncode == 0 and out.strip() == library
+    assert 'building' not in err and 'waiting' not in err, err
+    assert (Path(library).parent / '.ninja_log').read_text().count('talk_cpu.o') == 1
 
 
 def test_no_stray_cuda_notice_on_import():
