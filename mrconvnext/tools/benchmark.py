@@ -24,6 +24,9 @@ the training peak includes the inference run before it. ``:reparam`` models are
 built directly in deployed form there (``deploy=True``), so the branched weights do not count;
 the memory run does not use ``--torchcompile``.
 
+Parameters and GMACs (one image at ``--img-size``, every mixer counted: :mod:`mrconvnext.tools.flops`) are those
+of the model as timed.
+
 ``--amp`` (bfloat16 on CPU), ``--channels-last``, ``--torchcompile [BACKEND]``, batch size and input
 size apply to every model. The table is printed and written to ``--results-file`` (CSV or JSON).
 """
@@ -48,6 +51,7 @@ import torch.nn as nn
 from timm.utils import reparameterize_model
 
 from . import common
+from .flops import count_macs
 from .memory import rss_peak_reader
 
 __all__ = ['main', 'run', 'build_parser', 'default_models', 'format_table']
@@ -89,15 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse_spec(spec: str) -> tuple[str, str]:
-    name, _, variant = spec.partition(':')
-    if variant not in ('', 'reparam'):
-        raise ValueError(f'model spec {spec!r}: the only suffix is :reparam')
-    return name, variant or 'as-built'
-
-
 def _build(spec: str, args: argparse.Namespace, device: torch.device, deploy_direct: bool = False) -> nn.Module:
-    name, variant = _parse_spec(spec)
+    name, variant = common.parse_model_spec(spec)
     extra = {}
     if variant == 'reparam' and deploy_direct and common.is_zoo_model(name):
         extra['deploy'] = True
@@ -115,6 +112,7 @@ class _Entry:
     spec: str
     model: nn.Module
     params_m: float
+    gmacs: float
     variant: str
     infer_step: Any = None
     train_step: Any = None
@@ -177,7 +175,7 @@ def _memory_worker(payload: str) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     torch.manual_seed(args.seed)
-    _, variant = _parse_spec(cfg['spec'])
+    _, variant = common.parse_model_spec(cfg['spec'])
     out: dict[str, float | None] = {}
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
@@ -231,6 +229,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     cols = [
         ('model', 'model', 0),
         ('params_m', 'params(M)', 2),
+        ('gmacs', 'GMACs', 2),
         ('infer_img_s', 'infer img/s', 1),
         ('infer_spread_pct', '±IQR%', 1),
         ('infer_ratio', 'ratio', 2),
@@ -272,12 +271,13 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     entries: list[_Entry] = []
     for spec in specs:
-        _, variant = _parse_spec(spec)
+        _, variant = common.parse_model_spec(spec)
         model = _build(spec, args, device)
-        params = sum(p.numel() for p in model.parameters()) / 1e6
+        macs = count_macs(model, args.img_size)
+        params = macs.params_m
         do_train = variant == 'as-built' and args.bench != 'inference'
         infer, train = _steps(model, args, device, train=do_train)
-        e = _Entry(spec, model, params, variant, infer if args.bench != 'train' else None, train)
+        e = _Entry(spec, model, params, macs.total, variant, infer if args.bench != 'train' else None, train)
         for _ in range(args.num_warm_iter):  # warm-up (and compilation)
             if e.infer_step:
                 e.infer_step()
@@ -298,7 +298,12 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for e in entries:
-        row: dict[str, Any] = {'model': e.spec, 'variant': e.variant, 'params_m': round(e.params_m, 3)}
+        row: dict[str, Any] = {
+            'model': e.spec,
+            'variant': e.variant,
+            'params_m': round(e.params_m, 3),
+            'gmacs': round(e.gmacs, 3),
+        }
         for kind, times in (('infer', e.infer_times), ('train', e.train_times)):
             row[f'{kind}_img_s'] = args.batch_size / statistics.median(times) if times else None
             row[f'{kind}_spread_pct'] = _spread_pct(times) if times else None

@@ -26,6 +26,7 @@ __all__ = [
     'is_zoo_model',
     'zoo_kwargs',
     'create_model',
+    'parse_model_spec',
     'is_hub_dir',
     'read_run_args',
     'read_state_dict',
@@ -120,6 +121,15 @@ def create_model(
         kwargs['drop_path_rate'] = drop_path_rate
     kwargs.update(extra)
     return timm.create_model(name, pretrained=pretrained, **kwargs)
+
+
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """``'NAME[:reparam]'`` -> ``(NAME, 'reparam' or 'as-built')``: the model as built, or after
+    ``timm.utils.reparameterize_model``."""
+    name, _, variant = spec.partition(':')
+    if variant not in ('', 'reparam'):
+        raise ValueError(f'model spec {spec!r}: the only suffix is :reparam')
+    return name, variant or 'as-built'
 
 
 def is_hub_dir(path: str | os.PathLike) -> bool:

@@ -1,6 +1,7 @@
 """Lightweight and dynamic convolutions (Wu et al., ICLR 2019): the public functions (:mod:`.api`), the DynamicConv
 operators (:mod:`.operators`) and the memory-heavy unfold forms (:mod:`.reference`)."""
 
+from . import flops  # noqa: F401 - registers the operators' FLOP formulas
 from .api import dynamic_conv1d, light_conv1d
 from .checks import zero_lag_for
 from .operators import dynamic_conv_decomposition

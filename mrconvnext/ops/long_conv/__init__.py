@@ -3,6 +3,7 @@
 training form (:mod:`.conv_bn_sum`) and one module per engine (``engine_native``, ``engine_torch``,
 ``engine_flashfft``; the native sources are ``kernels/fftconv``)."""
 
+from . import flops  # noqa: F401 - registers the operators' FLOP formulas
 from .api import long_conv1d
 from .conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .engine_torch import direct_conv1d

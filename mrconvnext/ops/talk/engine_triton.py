@@ -29,6 +29,7 @@ from torch.library import triton_op, wrap_triton
 
 from .autograd import register_talk1d_autograd, register_talk2d_autograd
 from .checks import acc_dtype, talk1d_out
+from .flops import register_talk_flops
 
 __all__ = [
     'interpreted',
@@ -523,3 +524,4 @@ def talk2d_triton_backward(
 # the same autograd as the other TaLK operators (autograd.py): saved tensors, backward operator, input gradients
 register_talk1d_autograd(talk1d_triton, talk1d_triton_backward)
 register_talk2d_autograd(talk2d_triton, talk2d_triton_backward)
+register_talk_flops('_triton')

@@ -1,0 +1,32 @@
+"""FLOP formulas of the DynamicConv operators for ``torch.utils.flop_counter.FlopCounterMode``: 2 flops per
+multiply-add of taps that read inside the sequence (taps falling off either end are not computed)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+from . import operators  # noqa: F401 - defines the operators counted here
+from .checks import tap_span
+
+__all__ = ['dynamic_conv_flops', 'dynamic_conv_backward_flops']
+
+
+def _macs(x4_shape, taps: int, zero_lag: int) -> int:
+    B, H, R, L = x4_shape
+    span = sum(max(0, t1 - t0) for t0, t1 in (tap_span(k - zero_lag, L) for k in range(taps)))
+    return B * H * R * span
+
+
+@register_flop_formula(torch.ops.mrconvnext.dynamic_conv)
+def dynamic_conv_flops(x4_shape, w_t_shape, zero_lag, *args, out_shape=None, **kwargs) -> int:
+    """``dynamic_conv(x4 (B, H, R, L), w_t (B, H, K, L), zero_lag)``."""
+    return 2 * _macs(x4_shape, w_t_shape[2], zero_lag)
+
+
+@register_flop_formula(torch.ops.mrconvnext.dynamic_conv_backward)
+def dynamic_conv_backward_flops(
+    grad_shape, x4_shape, w_t_shape, zero_lag, need_x, need_w, *args, out_shape=None, **kwargs
+) -> int:
+    """One multiply-add per tap and output for ``grad_x`` and one for ``grad_w``."""
+    return 2 * _macs(x4_shape, w_t_shape[2], zero_lag) * (int(need_x) + int(need_w))

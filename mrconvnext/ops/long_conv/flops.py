@@ -1,0 +1,96 @@
+"""FLOP formulas of the long-convolution operators for ``torch.utils.flop_counter.FlopCounterMode``.
+
+``FlopCounterMode`` counts an operator through its registered formula only (it does not look inside custom ops), so
+without these the mixers of every MRConv model count zero. The formulas count the algorithm each operator runs, on
+its concrete sizes (the FFT size the operator picks, after cropping taps that reach no output):
+
+* a real FFT or inverse real FFT of size ``n``: ``2.5 n log2 n`` flops (half the usual ``5 n log2 n`` estimate of a
+  complex FFT, the convention of FFTW's benchmarks), whatever radix the library uses;
+* a spectral product: 6 flops per frequency bin (``n // 2 + 1`` bins), a product accumulated over branches or the
+  batch: 8;
+* the kernel spectra are counted on every call (nothing is cached across calls);
+* ``branch_conv_bn_sum``: the FFT work above plus 4 flops per branch output for the BatchNorm moments and 3 to
+  scale, shift and sum the branches (backward: 2 per branch output for the gradient moments and 5 for the folded
+  BatchNorm gradient).
+
+Flops, not MACs: a multiply-add is 2, as for ``aten.mm`` / ``aten.convolution``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+from . import conv_bn_sum, operators  # noqa: F401 - defines the operators counted here
+from .layout import fft_length
+
+__all__ = ['rfft_flops', 'fft_conv_flops', 'fft_conv_backward_flops', 'conv_bn_sum_flops', 'conv_bn_sum_backward_flops']
+
+
+def rfft_flops(n: int) -> float:
+    """Flops of one real FFT (or inverse) of size ``n``: ``2.5 n log2 n``."""
+    return 2.5 * n * math.log2(n) if n > 1 else 0.0
+
+
+def _cropped_size(length: int, taps: int, zero_lag: int) -> int:
+    """The FFT size :func:`~.layout.kernel_spectrum` uses: taps that reach no output dropped, then no wrap-around."""
+    lo = max(0, zero_lag - (length - 1))
+    hi = min(taps, zero_lag + length)
+    return fft_length(length, hi - lo, zero_lag - lo)
+
+
+def _fwd(B: int, N: int, C: int, L: int, n: int) -> float:
+    """rfft of the B*C inputs and N*C kernels, B*N*C spectral products and inverse transforms."""
+    return rfft_flops(n) * (B * C + N * C + B * N * C) + 6 * (n // 2 + 1) * B * N * C
+
+
+def _bwd(B: int, N: int, C: int, n: int, need_x: bool, need_k: bool) -> float:
+    """Spectra of the B*N*C output gradients and the N*C kernels; for grad_x products summed over branches and B*C
+    inverse transforms, for grad_k the B*C input spectra, products summed over the batch and N*C inverse
+    transforms."""
+    f = n // 2 + 1
+    total = rfft_flops(n) * (B * N * C + N * C)
+    if need_x:
+        total += 8 * f * B * N * C + rfft_flops(n) * B * C
+    if need_k:
+        total += rfft_flops(n) * (B * C + N * C) + 8 * f * B * N * C
+    return total
+
+
+@register_flop_formula([torch.ops.mrconvnext.fft_conv, torch.ops.mrconvnext.fft_conv_torch])
+def fft_conv_flops(x_shape, kernel_shape, zero_lag, bias_shape=None, *args, out_shape=None, **kwargs) -> int:
+    """``fft_conv(x (B, C, L), kernel (N, C, K), zero_lag, bias)``: FFT work plus the bias add."""
+    B, C, L = x_shape
+    N, _, K = kernel_shape
+    n = _cropped_size(L, K, zero_lag)
+    return round(_fwd(B, N, C, L, n) + (B * N * C * L if bias_shape is not None else 0))
+
+
+@register_flop_formula([torch.ops.mrconvnext.fft_conv_backward, torch.ops.mrconvnext.fft_conv_torch_backward])
+def fft_conv_backward_flops(
+    grad_shape, x_shape, kernel_shape, zero_lag, need_x, need_k, *args, out_shape=None, **kwargs
+) -> int:
+    """``fft_conv_backward(grad_y (B, N, C, L), x, kernel, zero_lag, need_x, need_k)``."""
+    B, N, C, L = grad_shape
+    n = _cropped_size(L, kernel_shape[-1], zero_lag)
+    return round(_bwd(B, N, C, n, need_x, need_k))
+
+
+@register_flop_formula(torch.ops.mrconvnext.branch_conv_bn_sum)
+def conv_bn_sum_flops(x_shape, k_circ_shape, *args, out_shape=None, **kwargs) -> int:
+    """``branch_conv_bn_sum(x (B, C, L), k_circ (N, C, n), ...)``: FFT work, BatchNorm moments, weighted sum."""
+    B, C, L = x_shape
+    N, _, n = k_circ_shape
+    return round(_fwd(B, N, C, L, n) + 7 * B * N * C * L)
+
+
+@register_flop_formula(torch.ops.mrconvnext.branch_conv_bn_sum_backward)
+def conv_bn_sum_backward_flops(
+    g_shape, x_shape, k_f_shape, z_shape, stats_shape, w_shape, b_shape, a_shape, n, eps, need_x, need_k,
+    *args, out_shape=None, **kwargs,
+) -> int:  # fmt: skip
+    """``branch_conv_bn_sum_backward(g, x (B, C, L), k_f, z (B, N, C, L), ..., n, eps, need_x, need_k)``."""
+    B, N, C, L = z_shape
+    return round(_bwd(B, N, C, n, need_x, need_k) + B * C * L + 7 * B * N * C * L)

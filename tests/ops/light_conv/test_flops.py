@@ -1,0 +1,28 @@
+"""FlopCounterMode counts DynamicConv: 2 flops per multiply-add of the taps that read inside the sequence, counted
+here by a naive loop over outputs and taps."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mrconvnext.ops import dynamic_conv1d
+
+
+def counted(fn) -> dict[str, int]:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return {str(op): v for op, v in counter.get_flop_counts()['Global'].items()}
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_dynamic_conv_counts_the_taps_inside_the_sequence(causal):
+    B, C, H, L, K = 2, 6, 2, 7, 5
+    x = torch.randn(B, C, L, requires_grad=True)
+    w = torch.randn(B, H, L, K, requires_grad=True)
+    zero_lag = K - 1 if causal else K // 2  # output t reads input t - (k - zero_lag)
+    inside = sum(0 <= t - (k - zero_lag) < L for t in range(L) for k in range(K))
+    fwd = counted(lambda: dynamic_conv1d(x, w, causal=causal))
+    assert fwd == {'mrconvnext.dynamic_conv': 2 * B * C * inside}
+    y = dynamic_conv1d(x, w, causal=causal)
+    bwd = counted(lambda: y.backward(torch.ones_like(y)))
+    assert bwd['mrconvnext.dynamic_conv_backward'] == 2 * (2 * B * C * inside)  # grad_x and grad_w
