@@ -302,7 +302,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
             'model': e.spec,
             'variant': e.variant,
             'params_m': round(e.params_m, 3),
-            'gmacs': round(e.gmacs, 3),
+            'gmacs': round(e.gmacs, 6),
         }
         for kind, times in (('infer', e.infer_times), ('train', e.train_times)):
             row[f'{kind}_img_s'] = args.batch_size / statistics.median(times) if times else None

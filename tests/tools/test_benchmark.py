@@ -24,7 +24,7 @@ def test_table_with_ratio_columns_and_csv(tmp_path, capsys):
         assert r['infer_img_s'] > 0 and r['infer_ratio'] > 0 and r['infer_peak_mb'] > 0
     assert branched['train_img_s'] > 0 and branched['train_ratio'] > 0 and branched['train_peak_mb'] > 0
     assert rep['train_img_s'] is None  # training is measured in the branched form only
-    assert rep['gmacs'] > base['gmacs'] > 0  # the deployed mixers' FFT work is counted (more than 7x7 convs at 32 px)
+    assert branched['gmacs'] > rep['gmacs'] > 0 and base['gmacs'] > 0  # branched: also builds its kernels
     printed = capsys.readouterr().out
     assert 'ratio' in printed and all(s in printed for s in specs)
     with open(out) as f:

@@ -2,7 +2,6 @@
 operators (:mod:`.operators`) and one module per engine (``engine_torch``, ``engine_triton``; the native engine is
 ``kernels/talk``)."""
 
-from . import flops  # noqa: F401 - registers the operators' FLOP formulas
 from .api import talk1d, talk2d, talk_offsets_dropout
 from .checks import MAX_OFFSET
 from .reference import talk1d_reference, talk2d_reference

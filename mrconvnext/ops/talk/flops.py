@@ -22,8 +22,6 @@ import math
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from . import operators  # noqa: F401 - defines the operators counted here
-
 __all__ = ['talk1d_flops', 'talk1d_backward_flops', 'talk2d_flops', 'talk2d_backward_flops', 'register_talk_flops']
 
 
@@ -55,7 +53,8 @@ def talk2d_backward_flops(grad_shape, P_shape, offsets_shape, *args, **kwargs) -
 
 
 def register_talk_flops(suffix: str) -> None:
-    """Register the formulas for ``mrconvnext::talk1d{suffix}``, ``talk2d{suffix}`` and their backwards."""
+    """Register the formulas for ``mrconvnext::talk1d{suffix}``, ``talk2d{suffix}`` and their backwards (called
+    where those operators are defined: ``operators`` for ``''`` and ``'_torch'``, ``engine_triton``)."""
     ops = torch.ops.mrconvnext
     for name, formula in (
         ('talk1d', talk1d_flops),
@@ -65,9 +64,3 @@ def register_talk_flops(suffix: str) -> None:
     ):
         stem, _, rest = name.partition('_')
         register_flop_formula(getattr(ops, stem + suffix + (f'_{rest}' if rest else '')))(formula)
-
-
-# talk1d / talk2d and the *_torch operators are defined by .operators, the *_triton ones by .engine_triton (which
-# registers theirs), imported only where Triton is
-register_talk_flops('')
-register_talk_flops('_torch')

@@ -22,6 +22,7 @@ from .. import engines
 from .autograd import register_talk1d_autograd, register_talk2d_autograd
 from .checks import acc_dtype, is_channels_last_1d, talk1d_out
 from .engine_torch import TORCH_ENGINE
+from .flops import register_talk_flops
 
 __all__ = [
     'talk1d',
@@ -238,3 +239,6 @@ for _op, _impls in (
 ):
     _op.register_kernel('cpu')(_impls[0])
     _op.register_kernel('cuda')(_impls[1])
+
+register_talk_flops('')
+register_talk_flops('_torch')
