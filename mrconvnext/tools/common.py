@@ -36,6 +36,7 @@ __all__ = [
     'write_results',
     'read_results',
     'CHECKPOINT_KEYS',
+    'EvalShard',
     'evaluate',
     'amp_autocast',
     'add_model_source_args',
@@ -293,6 +294,38 @@ def read_results(path: str | os.PathLike) -> list[dict[str, Any]]:
         return data if isinstance(data, list) else [data]
     with open(path, newline='') as f:
         return list(csv.DictReader(f))
+
+
+class EvalShard(torch.utils.data.Dataset):
+    """Samples ``rank, rank + world_size, ...`` of a map-style dataset: one process's share of a distributed
+    evaluation, with every sample in exactly one share. timm's ``OrderedDistributedSampler`` pads the shares to one
+    length by repeating samples, so that the summed counts exceed the dataset (360 for 359 images on 2 processes);
+    here the shares differ in length by at most one and :func:`evaluate` adds up exactly the dataset. The wrapped
+    dataset's ``transform`` is read and set through the shard (``timm.data.create_loader`` sets it)."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, rank: int, world_size: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f'EvalShard: expected 0 <= rank < world_size, got rank {rank}, world_size {world_size}')
+        if len(dataset) < world_size:
+            raise ValueError(
+                f'EvalShard: {len(dataset)} evaluation samples cannot give each of {world_size} processes one'
+            )
+        self.dataset, self.rank, self.world_size = dataset, rank, world_size
+        self.indices = range(rank, len(dataset), world_size)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        return self.dataset[self.indices[i]]
+
+    @property
+    def transform(self):
+        return self.dataset.transform
+
+    @transform.setter
+    def transform(self, value) -> None:
+        self.dataset.transform = value
 
 
 @torch.no_grad()

@@ -540,6 +540,10 @@ def _build_loaders(args: argparse.Namespace, data_config: dict, dataset_train, d
     )
     loader_eval = None
     if dataset_eval is not None:
+        # each process evaluates its own share, every image once (timm's distributed eval sampler pads with repeats)
+        sharded = args.distributed and not isinstance(dataset_eval, torch.utils.data.IterableDataset)
+        if sharded:
+            dataset_eval = common.EvalShard(dataset_eval, args.rank, args.world_size)
         loader_eval = create_loader(
             dataset_eval,
             input_size=data_config['input_size'],
@@ -547,7 +551,7 @@ def _build_loaders(args: argparse.Namespace, data_config: dict, dataset_train, d
             is_training=False,
             interpolation=data_config['interpolation'],
             crop_pct=data_config['crop_pct'],
-            **common_loader,
+            **{**common_loader, 'distributed': args.distributed and not sharded},
         )
     return loader_train, loader_eval, mixup_fn
 

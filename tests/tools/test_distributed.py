@@ -10,8 +10,10 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
+from mrconvnext.tools import validate
 from tests.limits import HANG_LIMIT_S
 
 from .conftest import REPO
@@ -75,7 +77,10 @@ def _subset(src, dst, per_class):
 
 
 def test_torchrun_two_cpu_processes_end_with_identical_weights(digits_dir, tmp_path):
+    """Also: the distributed evaluation counts every validation image once, on a set that 2 does not divide, and
+    scores what one process scores on the same set."""
     data = _subset(digits_dir, tmp_path / 'data', per_class=16)  # 160 train images: 10 steps per process
+    sorted((data / 'val' / '0').glob('*.png'))[0].unlink()  # 79 validation images
     driver = tmp_path / 'driver.py'
     driver.write_text(DRIVER)
     out = tmp_path / 'out'
@@ -105,3 +110,12 @@ def test_torchrun_two_cpu_processes_end_with_identical_weights(digits_dir, tmp_p
     ckpt = torch.load(run / 'last.pth.tar', map_location='cpu', weights_only=True)
     assert all(torch.equal(ckpt['state_dict'][k], s0[k]) for k in s0)
     assert 'state_dict_ema' in ckpt  # EMA (a recipe default) was tracked
+
+    rows = [json.loads(line) for line in (run / 'summary.jsonl').read_text().splitlines()]
+    assert rows[-1]['eval_samples'] == 79 and rows[-1]['eval_ema_samples'] == 79
+    single = validate.run([str(data), '--checkpoint', str(run / 'last.pth.tar'), '-b', '8', '-j', '0',
+                           '--device', 'cpu', '--no-progress'])  # fmt: skip
+    assert single['samples'] == 79
+    # the summary keeps 4 decimals
+    assert single['top1'] == pytest.approx(rows[-1]['eval_top1'], abs=1e-4)
+    assert single['loss'] == pytest.approx(rows[-1]['eval_loss'], abs=1e-4)
