@@ -25,7 +25,9 @@ else gets both. Models without these methods (timm's own ConvNeXt) get timm's de
 Outputs in ``--output/--experiment``: ``args.yaml``, ``summary.csv`` and ``summary.jsonl`` (one row per
 epoch), ``last.pth.tar``, ``model_best.pth.tar`` and the ``checkpoint-N.pth.tar`` history
 (timm's CheckpointSaver). ``--resume`` reads a checkpoint with ``torch.load(weights_only=True)`` and
-continues with the epoch after the saved one.
+continues with the epoch after the saved one. Before the first epoch the run directory must take a checkpoint
+(free space, ``ulimit -f``); a failed save names its cause; an epoch's summary rows follow its checkpoint, and
+rows of epochs a run writes again are dropped first (:mod:`mrconvnext.tools.run_dir`).
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from timm.models import resume_checkpoint
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
-    CheckpointSaver,
     ModelEmaV3,
     NativeScaler,
     ParseKwargs,
@@ -65,9 +66,10 @@ from timm.utils import (
 )
 
 from ..models.checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
-from . import common
+from . import common, run_dir
 from .common import evaluate
 from .compat import patch_timm_posterize
+from .run_dir import RunSaver
 from .sync_bn import convert_sync_batchnorm
 
 __all__ = ['main', 'run', 'build_parser', 'kernel_param_groups', 'default_drop_path', 'DROP_PATH']
@@ -568,13 +570,21 @@ def _train_loss(args: argparse.Namespace, device: torch.device) -> nn.Module:
     return train_loss_fn.to(device)
 
 
-def _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir: Path, resume_state) -> CheckpointSaver:
-    """Writes ``args.yaml``; timm's CheckpointSaver for the run directory, its history restored when the run resumes
-    in its own directory."""
+def _make_saver(
+    args, model, optimizer, model_ema, loss_scaler, output_dir: Path, resume_state, start_epoch: int
+) -> RunSaver:
+    """Checks that the run directory takes a checkpoint (raises OSError naming why not), writes ``args.yaml``, drops
+    summary rows of epochs this run writes again; timm's CheckpointSaver (as :class:`RunSaver`) for the directory,
+    its history restored when the run resumes in its own directory."""
+    needed = run_dir.checkpoint_bytes(model, with_ema=model_ema is not None)
+    run_dir.check_writable(output_dir, needed)
+    dropped = run_dir.trim_summaries(output_dir, start_epoch)
+    if dropped:
+        _logger.info(f'summary: dropped {dropped} row(s) of epoch {start_epoch} on, which this run writes again')
     decreasing = 'loss' in args.eval_metric
     saved_args = {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, dict, type(None)))}
     (output_dir / 'args.yaml').write_text(yaml.safe_dump(saved_args, default_flow_style=False))
-    saver = CheckpointSaver(
+    saver = RunSaver(
         model=model,
         optimizer=optimizer,
         args=None,  # no argparse.Namespace in the file: plain torch.load(weights_only=True) reads it
@@ -584,6 +594,7 @@ def _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir: Path
         recovery_dir=str(output_dir),
         decreasing=decreasing,
         max_history=args.checkpoint_hist,
+        checkpoint_size=needed,
     )
     if (
         resume_state is not None
@@ -595,8 +606,12 @@ def _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir: Path
 
 
 def _record_epoch(epoch: int, train_metrics, eval_metrics, optimizer, args, output_dir: Path, saver):
-    """Summary rows (timm's ``update_summary`` CSV, our JSONL), the checkpoint and the log line; returns
-    ``(best_metric, best_epoch)``."""
+    """The checkpoint, then (once it is in place) the summary rows (timm's ``update_summary`` CSV, our JSONL) and the
+    log line; returns ``(best_metric, best_epoch)``. Rows after the checkpoint: a run killed while saving resumes
+    from the previous epoch's checkpoint with no row of this epoch to repeat."""
+    metric_key = f'ema_{args.eval_metric}' if f'ema_{args.eval_metric}' in eval_metrics else args.eval_metric
+    metric = eval_metrics.get(metric_key)
+    best_metric, best_epoch = saver.save_checkpoint(epoch, metric=metric)
     lrs = {'lr': optimizer.param_groups[0]['lr'], 'kernel_lr': _group_lr(optimizer, 'kernel')}
     update_summary(
         epoch,
@@ -611,9 +626,6 @@ def _record_epoch(epoch: int, train_metrics, eval_metrics, optimizer, args, outp
     row.update(lrs)
     with open(output_dir / 'summary.jsonl', 'a') as f:
         f.write(json.dumps(row) + '\n')
-    metric_key = f'ema_{args.eval_metric}' if f'ema_{args.eval_metric}' in eval_metrics else args.eval_metric
-    metric = eval_metrics.get(metric_key)
-    best_metric, best_epoch = saver.save_checkpoint(epoch, metric=metric)
     shown = ', '.join(f'{k} {v:.4g}' for k, v in eval_metrics.items())
     _logger.info(
         f'epoch {epoch}: train loss {train_metrics["loss"]:.4f} ({train_metrics["img_s"]:.0f} img/s, '
@@ -668,7 +680,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     output_dir = _output_dir(args, create=primary)
     saver = None
     if primary:
-        saver = _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir, resume_state)
+        saver = _make_saver(args, model, optimizer, model_ema, loss_scaler, output_dir, resume_state, start_epoch)
         _logger.info(f'output: {output_dir}  ({num_epochs} epochs, {updates_per_epoch} updates per epoch)')
 
     best_metric = best_epoch = None
