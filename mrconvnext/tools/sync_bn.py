@@ -2,7 +2,7 @@
 
 ``torch.nn.SyncBatchNorm`` (which timm's ``convert_sync_batchnorm`` also uses) refuses CPU tensors, so this is one of
 the few pieces the tools keep for themselves. :class:`DistBatchNorm` computes the same thing with
-differentiable ``all_reduce``s (``torch.distributed.nn.functional``): the batch mean over every
+differentiable ``all_reduce``s (a sum whose backward sums the gradients of all processes): the batch mean over every
 process's samples, then the biased variance from the summed squared deviations (two passes, no
 ``E[x^2] - E[x]^2`` cancellation), normalizes with them, and updates the running statistics with
 the unbiased variance over the global batch, as ``nn.BatchNorm`` does on one process. Gradients
@@ -23,10 +23,26 @@ from torch.nn.modules.batchnorm import _BatchNorm
 __all__ = ['DistBatchNorm', 'convert_sync_batchnorm']
 
 
-def _all_reduce_sum(t: torch.Tensor, group) -> torch.Tensor:
-    from torch.distributed.nn.functional import all_reduce
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over the processes of ``group``, differentiable: the gradient of every input is the sum of the output
+    gradients of all processes (each process's output feeds its own loss)."""
 
-    return all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        out = t.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+
+
+def _all_reduce_sum(t: torch.Tensor, group) -> torch.Tensor:
+    return _AllReduceSum.apply(t, group)
 
 
 class DistBatchNorm(_BatchNorm):

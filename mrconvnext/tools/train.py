@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import logging
 import math
@@ -73,6 +74,8 @@ from .run_dir import RunSaver
 from .sync_bn import convert_sync_batchnorm
 
 __all__ = ['main', 'run', 'build_parser', 'kernel_param_groups', 'default_drop_path', 'DROP_PATH']
+
+_DDP_PARAMETERS = frozenset(inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters)
 
 _logger = logging.getLogger('mrconvnext.train')
 
@@ -660,7 +663,10 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
 
     if args.distributed:
         ddp_kwargs = {'device_ids': [device]} if device.type == 'cuda' else {}
-        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=not args.no_ddp_bb, **ddp_kwargs)
+        # torch >= 2.15 names the forward buffer sync `forward_sync_buffers` and warns on `broadcast_buffers`
+        sync = 'forward_sync_buffers' if 'forward_sync_buffers' in _DDP_PARAMETERS else 'broadcast_buffers'
+        ddp_kwargs[sync] = not args.no_ddp_bb
+        model = nn.parallel.DistributedDataParallel(model, **ddp_kwargs)
     if args.torchcompile:
         model = torch.compile(model, backend=args.torchcompile)
 

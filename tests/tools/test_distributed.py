@@ -93,8 +93,12 @@ def test_torchrun_two_cpu_processes_end_with_identical_weights(digits_dir, tmp_p
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2']
     cmd += [str(driver), str(out), *train_args]
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env['PYTHONWARNINGS'] = 'always::DeprecationWarning,always::FutureWarning'
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_LIMIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # no deprecated API in the project's own code (DDP's buffer sync, the differentiable all_reduce of sync BN)
+    ours = [ln for ln in proc.stderr.splitlines() if 'Warning' in ln and f'{os.sep}mrconvnext{os.sep}' in ln]
+    assert not [ln for ln in ours if 'DeprecationWarning' in ln or 'FutureWarning' in ln], ours
 
     reports = [json.loads((out / f'rank{r}.json').read_text()) for r in (0, 1)]
     for rep in reports:
