@@ -8,7 +8,7 @@ import operator
 
 import torch
 
-__all__ = ['autocast_off', 'check_choice', 'check_int', 'check_size2']
+__all__ = ['autocast_dtype', 'autocast_off', 'check_choice', 'check_int', 'check_size2']
 
 
 def check_int(owner: str, name: str, value: object, minimum: int = 1, maximum: int | None = None) -> int:
@@ -40,6 +40,14 @@ def check_choice(owner: str, name: str, value: object, choices: tuple[str, ...])
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f'{owner}: {name} must be one of {choices}, got {value!r}')
     return value
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast gives matrix products on ``device_type`` where it is enabled, else None (also for device
+    types without autocast, such as meta)."""
+    if device_type in ('cpu', 'cuda', 'xpu', 'mps') and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
 
 
 def autocast_off(device_type: str) -> contextlib.AbstractContextManager:

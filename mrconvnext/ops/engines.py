@@ -40,6 +40,8 @@ from .checks import check_choice
 from .native_build import build_extension
 
 __all__ = [
+    'MATMUL_METHODS',
+    'TOEPLITZ_MAX_LENGTH',
     'LONG_CONV_METHODS',
     'LONG_CONV_ENGINES',
     'TALK_ENGINES',
@@ -63,6 +65,7 @@ __all__ = [
     'talk_engine',
     'talk_engine_constant',
     'long_conv_choice',
+    'matmul_method',
     'fft_engine',
     'conv_bn_sum_available',
     'resolve',
@@ -70,7 +73,8 @@ __all__ = [
     'reset',
 ]
 
-LONG_CONV_METHODS = ('auto', 'fft', 'direct')
+LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
+MATMUL_METHODS = ('toeplitz', 'rowdft')
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference')
 DYNAMIC_CONV_ENGINES = ('auto', 'torch')
@@ -78,6 +82,13 @@ DYNAMIC_CONV_ENGINES = ('auto', 'torch')
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's time at 7 taps,
 # 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
 DIRECT_MAX_TAPS = 64
+
+# The matmul methods' crossover, for half-precision CUDA convolutions: the Toeplitz product (identity 3, L
+# multiply-adds per element, one GEMM) up to this length, the row DFT (identity 2, about 4 (P + Q) ~ 8 sqrt(L) per
+# element in three GEMMs and two intermediates) beyond. Provisional: chosen from those counts so that ConvNeXt's
+# stages 3-4 at 224 px (L = 196, 49) take the Toeplitz product and stages 1-2 (3136, 784) the row DFT; the GPU
+# measurement issue replaces it with a measured value.
+TOEPLITZ_MAX_LENGTH = 256
 
 # ----------------------------------------------------------------------------------------------- warnings
 
@@ -330,25 +341,34 @@ def fft_engine(device_type: str, dtype: torch.dtype) -> str:
     return 'torch'
 
 
+def matmul_method(length: int) -> str:
+    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to :data:`TOEPLITZ_MAX_LENGTH`, else
+    ``'rowdft'`` (the one place the crossover is decided)."""
+    return 'toeplitz' if length <= TOEPLITZ_MAX_LENGTH else 'rowdft'
+
+
 def long_conv_choice(
     device_type: str, dtype: torch.dtype, length: int, taps: int, zero_lag: int, method: str, engine: str
 ) -> tuple[str, str]:
-    """``(method, engine)`` that :func:`~mrconvnext.ops.long_conv1d` runs for a ``dtype`` input of ``length`` on
-    ``device_type`` and a kernel whose ``taps`` (with ``zero_lag``) reach it.
+    """``(method, engine)`` that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
+    (the input's, or autocast's where it is on) of ``length`` on ``device_type`` and a kernel whose ``taps`` (with
+    ``zero_lag``) reach it.
 
     ``method='auto'``: flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps, else ``'fft'``. With sizes that ``torch.compile`` traces symbolically the direct
-    method is taken only where the taps are provably few for every size the graph serves: the choice adds no guard.
-    ``engine='auto'`` for the FFT: :func:`fft_engine`. ``'flashfft'`` where flashfftconv cannot run falls back to
+    ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
+    GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that
+    ``torch.compile`` traces symbolically the direct method is taken only where the taps are provably few for every
+    size the graph serves: the choice adds no guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
+    and direct methods run on the ``'torch'`` engine. ``'flashfft'`` where flashfftconv cannot run falls back to
     ``'auto'`` with a one-time warning (which sizes it takes depends on the input). ``'native'`` where it cannot
-    run raises RuntimeError; ``'direct'`` has only the ``'torch'`` engine (grouped ``F.conv1d``).
+    run raises RuntimeError.
     """
     check_choice('long_conv1d', 'method', method, LONG_CONV_METHODS)
     check_choice('long_conv1d', 'engine', engine, LONG_CONV_ENGINES)
-    if method == 'direct':
+    if method in ('direct', *MATMUL_METHODS):
         if engine not in ('auto', 'torch'):
-            raise ValueError(f"long_conv1d: method='direct' runs on the 'torch' engine only, got engine={engine!r}")
-        return 'direct', 'torch'
+            raise ValueError(f"long_conv1d: method={method!r} runs on the 'torch' engine only, got engine={engine!r}")
+        return method, 'torch'
     if engine == 'flashfft' or (engine == 'auto' and method == 'auto'):
         if flashfft_fits(device_type, dtype, length, taps, zero_lag):
             return 'fft', 'flashfft'
@@ -363,6 +383,8 @@ def long_conv_choice(
         direct = engine in ('auto', 'torch') and statically_known_true(taps <= DIRECT_MAX_TAPS)
         if direct:
             return 'direct', 'torch'
+        if engine in ('auto', 'torch') and device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16):
+            return matmul_method(length), 'torch'
     if engine == 'native':
         if fft_engine(device_type, dtype) != 'native':
             why = _native_reason(FFTCONV_EXT) if device_type == 'cpu' else f'no kernel for {device_type} tensors'

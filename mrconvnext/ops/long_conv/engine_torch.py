@@ -1,5 +1,6 @@
-"""The ``'torch'`` engine of the long convolutions: torch.fft in cache-sized chunks (``method='fft'``, every device)
-and grouped ``F.conv1d`` (``method='direct'``)."""
+"""The ``'torch'`` engine of the long convolutions: torch.fft in cache-sized chunks (``method='fft'``, every device),
+grouped ``F.conv1d`` (``method='direct'``), and matrix products (``method='toeplitz'`` / ``'rowdft'``, identities 3
+and 2 of :mod:`.grid`: cuBLAS GEMMs on tensor cores under autocast, no torch.fft)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-__all__ = ['CHUNK_ELEMS', 'chunks', 'fft_forward', 'fft_backward', 'direct_conv1d']
+from ..checks import autocast_dtype, autocast_off
+from .grid import kernel_row_spectra, row_dft, row_grid, row_idft, toeplitz_matrix
+
+__all__ = ['CHUNK_ELEMS', 'chunks', 'fft_forward', 'fft_backward', 'direct_conv1d', 'toeplitz_conv', 'rowdft_conv']
 
 # On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
 # whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
@@ -101,3 +105,37 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     if multi:
         y = y.view(B, C, N, L).transpose(1, 2)
     return y
+
+
+def _matrix_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the kernel-side matrices are built in: ``x``'s, or float32 under autocast (which casts both operands
+    of every product to its dtype, so the matrices are rounded once, from float32)."""
+    return x.dtype if autocast_dtype(x.device.type) is None else torch.float32
+
+
+def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as ``N * C`` products of ``(B, L)``
+    with an ``L x L`` Toeplitz matrix, in the dtype autocast (or ``x``) gives the product."""
+    with autocast_off(x.device.type):
+        T = toeplitz_matrix(kernel.to(_matrix_dtype(x)), zero_lag, x.shape[-1])  # (N, C, L, L)
+    return torch.einsum('ncts,bcs->bnct', T, x)
+
+
+def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """Identity 2: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``. The sequence is folded into ``P`` rows
+    of ``Q`` (:func:`.grid.row_grid`; a flattened map folds back into its own rows, anything else is zero-padded),
+    row-transformed by one real ``(2Q, Q)`` matrix shared by every channel, multiplied per channel and frequency by
+    a ``2P x 2P`` real Toeplitz block with the batch as the long GEMM dimension, and transformed back at the ``Q``
+    real columns only. Channels stay the innermost dimension of the row transforms, so a channels-last input is
+    read where it lies and the output of one kernel is channels-last."""
+    B, C, L = x.shape
+    P, Q = row_grid(L)
+    dtype = _matrix_dtype(x)
+    with autocast_off(x.device.type):
+        blocks = kernel_row_spectra(kernel.to(dtype), zero_lag, P, Q)  # (N, C, Q, 2, P, 2, P)
+    xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
+    rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1)  # (B, P, Q, C)
+    spec = torch.matmul(row_dft(Q, dtype, x.device), rows)  # (B, P, 2Q, C): [Re | Im] of each row
+    out = torch.einsum('ncfshrg,bgrfc->bnhsfc', blocks, spec.unflatten(2, (2, Q)))  # (B, N, P, 2, Q, C)
+    y = torch.matmul(row_idft(Q, dtype, x.device), out.flatten(3, 4))  # (B, N, P, Q, C)
+    return y.permute(0, 1, 4, 2, 3).flatten(3)[..., :L]

@@ -1,0 +1,99 @@
+"""Building blocks of the matmul methods of the long convolution (``'toeplitz'``, ``'rowdft'``): Toeplitz matrices,
+the row grid a sequence is folded into, the real DFT matrices along a row and the 2-D kernel of the flattened
+convolution. A leaf module (torch only); every function depends on sizes and the kernel alone, never on the input.
+
+Identities (lag convention of :mod:`mrconvnext.ops.long_conv`, ``y[t] = sum_j k[j] x[t - (j - zero_lag)]``):
+
+1. A sequence of ``L <= P * Q`` positions folded row-major into ``P`` rows of ``Q`` (zero-padded at the end) is
+   convolved exactly by the zero-padded 2-D convolution with ``K2[a, d] = k[zero_lag + a * Q + d]``,
+   ``|a| <= P - 1``, ``|d| <= Q - 1``: every (output, source) pair has one offset ``(a, d)``.
+2. With a real DFT of size ``N = 2Q - 1`` along the rows (column offsets do not wrap), that 2-D convolution is, per
+   channel and frequency, a ``P x P`` complex Toeplitz product over the rows, then an inverse DFT that produces only
+   the ``Q`` real columns.
+3. Per channel, ``y = T x`` with the ``L x L`` Toeplitz matrix ``T[t, s] = k[zero_lag + t - s]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ['row_grid', 'toeplitz_matrix', 'kernel_2d', 'row_dft', 'row_idft', 'kernel_row_spectra']
+
+
+def row_grid(length: int) -> tuple[int, int]:
+    """``(P, Q)``: ``P`` rows of ``Q`` positions holding ``length``, with ``P`` and ``Q`` near ``sqrt(length)`` (the
+    row-DFT method's work per element is about ``4 (P + Q)`` multiply-adds). ``Q`` is a divisor of ``length`` when
+    one lies within a factor 2 of the square root (a flattened ``H x W`` map with ``H ~ W`` folds back into its own
+    rows, no padding), else ``ceil(sqrt(length))`` with the last row zero-padded."""
+    root = math.isqrt(length)
+    q = root + (root * root < length)
+    for d in range(q, 0, -1):
+        if length % d == 0 and 2 * d >= q:
+            return length // d, d
+    return -(-length // q), q
+
+
+def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
+    """``(..., K)`` kernels -> ``(..., L, L)`` matrices ``T[t, s] = k[zero_lag + t - s]`` (0 outside the kernel)."""
+    K = kernel.shape[-1]
+    t = torch.arange(length, device=kernel.device)
+    j = zero_lag + t.view(-1, 1) - t.view(1, -1)
+    valid = (j >= 0) & (j < K)
+    return torch.where(valid, kernel[..., j.clamp(0, K - 1)], kernel.new_zeros(()))
+
+
+def kernel_2d(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
+    """``(..., K)`` -> ``(..., 2 rows - 1, 2 cols - 1)``: ``K2[a, d] = k[zero_lag + a cols + d]`` with ``a`` from
+    ``-(rows - 1)`` and ``d`` from ``-(cols - 1)`` (0 outside the kernel)."""
+    K = kernel.shape[-1]
+    a = torch.arange(-(rows - 1), rows, device=kernel.device).view(-1, 1)
+    d = torch.arange(-(cols - 1), cols, device=kernel.device).view(1, -1)
+    j = zero_lag + a * cols + d
+    valid = (j >= 0) & (j < K)
+    return torch.where(valid, kernel[..., j.clamp(0, K - 1)], kernel.new_zeros(()))
+
+
+def _angles(n: int, cols: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    # 2 pi (c f mod N) / N: the product reduced exactly in integers first, so float64 angles stay small
+    return (cols.view(-1, 1) * freqs.view(1, -1)).remainder(n).double() * (2 * math.pi / n)
+
+
+def row_dft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``(2 nf, cols)`` real matrix of the row DFT of size ``N = 2 cols - 1`` (``nf = cols`` frequencies): rows
+    ``f`` give ``Re X[f] = sum_w x[w] cos(2 pi f w / N)``, rows ``nf + f`` give ``Im X[f] = -sum_w x[w] sin(...)``."""
+    n = 2 * cols - 1
+    w = torch.arange(cols, device=device)
+    theta = _angles(n, w, torch.arange(cols, device=device)).T  # (nf, cols)
+    return torch.cat([theta.cos(), -theta.sin()]).to(dtype)
+
+
+def row_idft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``(cols, 2 nf)`` real matrix of the inverse: ``y[w] = sum_f c_f (Re Y[f] cos(2 pi f w / N) - Im Y[f] sin(...))
+    / N`` with ``c_0 = 1`` and ``c_f = 2`` otherwise (``N`` odd: no Nyquist bin), evaluated at the ``cols`` columns
+    only."""
+    n = 2 * cols - 1
+    theta = _angles(n, torch.arange(cols, device=device), torch.arange(cols, device=device))  # (cols, nf)
+    coef = torch.full((cols,), 2.0 / n, dtype=torch.float64, device=device)
+    coef[0] = 1.0 / n
+    return torch.cat([theta.cos() * coef, -theta.sin() * coef], dim=1).to(dtype)
+
+
+def kernel_row_spectra(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
+    """``(..., K)`` kernels -> ``(..., nf, 2, rows, 2, rows)`` real blocks ``[[Re, -Im], [Im, Re]]`` of the complex
+    Toeplitz matrices ``T_f[h, g] = Khat[h - g, f]``, ``Khat[a, f] = sum_d K2[a, d] e^{-2 pi i f d / N}``: the
+    middle step of identity 2 as one real ``(2 rows x 2 rows)`` matrix per frequency, in the kernel's dtype."""
+    n = 2 * cols - 1
+    k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (..., 2 rows - 1, 2 cols - 1)
+    d = torch.arange(-(cols - 1), cols, device=kernel.device)
+    theta = _angles(n, d, torch.arange(cols, device=kernel.device))  # (2 cols - 1, nf)
+    re = k2 @ theta.cos().to(kernel.dtype)  # (..., 2 rows - 1, nf)
+    im = -(k2 @ theta.sin().to(kernel.dtype))
+    h = torch.arange(rows, device=kernel.device)
+    idx = h.view(-1, 1) - h.view(1, -1) + rows - 1  # (rows, rows): a = h - g
+    tr = re[..., idx, :].movedim(-1, -3)  # (..., nf, rows, rows)
+    ti = im[..., idx, :].movedim(-1, -3)
+    top = torch.stack([tr, -ti], dim=-2)  # (..., nf, rows, 2, rows)
+    bottom = torch.stack([ti, tr], dim=-2)
+    return torch.stack([top, bottom], dim=-4)  # (..., nf, 2, rows, 2, rows)

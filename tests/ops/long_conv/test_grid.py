@@ -1,0 +1,67 @@
+"""The identities behind the matmul methods (mrconvnext.ops.long_conv.grid), in float64 against the direct
+convolution: random shapes, odd and non-square maps, causal kernels, kernels shorter and longer than the map."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mrconvnext.ops.long_conv.grid import (
+    kernel_2d,
+    kernel_row_spectra,
+    row_dft,
+    row_grid,
+    row_idft,
+    toeplitz_matrix,
+)
+from tests.reference import shifted_sum_conv
+
+DT = torch.float64
+# (H, W, K, zero_lag): bidirectional full reach, causal, shorter than the map, longer than the map, a row, a column
+CASES = [(5, 7, 69, 34), (6, 4, 24, 0), (4, 9, 11, 5), (7, 7, 160, 100), (1, 13, 9, 4), (9, 1, 9, 8), (3, 8, 1, 0)]
+
+
+@pytest.mark.parametrize('H, W, K, zero_lag', CASES)
+def test_identity_1_the_flattened_convolution_is_a_2d_convolution(H, W, K, zero_lag):
+    x = torch.randn(2, 3, H, W, dtype=DT)
+    k = torch.randn(3, K, dtype=DT)
+    ref = shifted_sum_conv(x.flatten(2), k, zero_lag).view(2, 3, H, W)  # tap loop
+    k2 = kernel_2d(k, zero_lag, H, W)  # (C, 2H - 1, 2W - 1), offsets from -(H - 1), -(W - 1)
+    y = F.conv2d(x, k2.flip(-1, -2).unsqueeze(1), padding=(H - 1, W - 1), groups=3)  # a correlation: flip
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('H, W, K, zero_lag', CASES)
+def test_identity_2_row_dft_then_toeplitz_per_frequency(H, W, K, zero_lag):
+    """The three steps as written in grid.py's matrices, on the map's own rows (P = H, Q = W)."""
+    x = torch.randn(2, 3, H, W, dtype=DT)
+    k = torch.randn(3, K, dtype=DT)
+    ref = shifted_sum_conv(x.flatten(2), k, zero_lag).view(2, 3, H, W)
+    spec = torch.einsum('fw,bchw->bchf', row_dft(W, DT, 'cpu'), x).unflatten(-1, (2, W))  # (B, C, H, 2, nf)
+    blocks = kernel_row_spectra(k, zero_lag, H, W)  # (C, nf, 2, H, 2, H)
+    out = torch.einsum('cfshrg,bcgrf->bchsf', blocks, spec)
+    y = torch.einsum('wf,bchf->bchw', row_idft(W, DT, 'cpu'), out.flatten(-2))
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_the_row_dft_inverts_on_the_columns():
+    for cols in (1, 2, 7, 56):
+        x = torch.randn(4, cols, dtype=DT)
+        torch.testing.assert_close(x @ row_dft(cols, DT, 'cpu').T @ row_idft(cols, DT, 'cpu').T, x)
+
+
+@pytest.mark.parametrize('L, K, zero_lag', [(49, 97, 48), (30, 7, 3), (17, 100, 60), (13, 13, 0)])
+def test_identity_3_a_toeplitz_product_per_channel(L, K, zero_lag):
+    x = torch.randn(3, 2, L, dtype=DT)
+    k = torch.randn(2, K, dtype=DT)
+    y = torch.einsum('cts,bcs->bct', toeplitz_matrix(k, zero_lag, L), x)
+    ref = F.conv1d(F.pad(x, (K - 1, K - 1)), k.flip(-1).unsqueeze(1), groups=2)[..., zero_lag : zero_lag + L]
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('L', [1, 2, 3, 13, 17, 49, 64, 196, 200, 784, 3136, 4099])
+def test_row_grid_holds_the_sequence_near_its_square_root(L):
+    P, Q = row_grid(L)
+    assert P * Q >= L and P * Q - L < Q  # at most one partial row
+    assert Q * Q >= L // 2 and P <= 2 * Q + 1  # near sqrt(L)
+    if L in (49, 196, 784, 3136):  # ConvNeXt's square maps fold back into their own rows
+        assert P == Q and P * Q == L

@@ -1,0 +1,174 @@
+"""The matmul methods of the long convolution ('toeplitz', 'rowdft' on the 'torch' engine): float64 exactness
+against the direct convolution, the precision contract in float32 / fp16 / bf16 autocast against float64, layouts,
+autograd, what 'auto' picks on CUDA, and a deployed MRConvNeXt-T on fake CUDA tensors that runs no FFT."""
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from timm.utils import reparameterize_model
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mrconvnext.layers import MRConv1d, MRConv2d
+from mrconvnext.ops import engines, long_conv1d
+from tests.reference import shifted_sum_conv
+
+DT = torch.float64
+METHODS = ['toeplitz', 'rowdft']
+
+
+def reference(x, k, zero_lag):
+    """Grouped F.conv1d over the zero-padded input, float64."""
+    K = k.shape[-1]
+    return F.conv1d(F.pad(x, (K - 1, K - 1)), k.flip(-1).unsqueeze(1), groups=x.shape[1])[..., zero_lag:][
+        ..., : x.shape[-1]
+    ]
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize(
+    'L, K, zero_lag',
+    [
+        (35, 69, 34),
+        (49, 97, 48),
+        (24, 24, 0),
+        (17, 100, 60),
+        (13, 5, 4),
+        (1, 1, 0),
+        (2, 3, 1),
+        (97, 3, 1),
+        (200, 41, 0),
+    ],
+)
+def test_float64_matches_the_direct_convolution(method, L, K, zero_lag):
+    """Bidirectional and causal, shorter and longer than the sequence, prime lengths (folded with padding)."""
+    x = torch.randn(2, 3, L, dtype=DT)
+    k = torch.randn(3, K, dtype=DT)
+    b = torch.randn(3, dtype=DT)
+    y = long_conv1d(x, k, b, zero_lag=zero_lag, method=method)
+    torch.testing.assert_close(y, reference(x, k, zero_lag) + b[:, None], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag) + b[:, None], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('H, W', [(7, 7), (5, 9), (12, 3), (1, 16)])
+def test_channels_last_maps_and_stacked_kernels(method, H, W):
+    """A flattened channels-last map (odd and non-square) with 3 kernels: every output equals its own convolution;
+    one kernel's row-DFT output is channels-last like its input."""
+    L = H * W
+    x = torch.randn(2, 6, H, W, dtype=DT).to(memory_format=torch.channels_last).flatten(2)
+    k = torch.randn(3, 6, 2 * L - 1, dtype=DT)
+    y = long_conv1d(x, k, zero_lag=L - 1, method=method)
+    ref = torch.stack([reference(x, k[i], L - 1) for i in range(3)], 1)
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    if method == 'rowdft':
+        assert long_conv1d(x, k[0], zero_lag=L - 1, method=method).stride() == x.stride()
+
+
+# (C, H) at ConvNeXt-T's stage sizes (fewer channels: the error does not depend on them), batch 1
+STAGES = [(8, 56), (8, 28), (8, 14), (8, 7)]
+# measured max |y - y64| / max |y64| at the full stage shapes (scripts/bench_longconv_gpu.py --precision):
+# float32 <= 5.0e-7, fp16 <= 8.2e-4, bf16 autocast <= 5.7e-3 (half operands, float32 accumulation, half output)
+TOLERANCE = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+@pytest.mark.parametrize(
+    'method, C, H', [(m, C, H) for C, H in STAGES for m in METHODS if m == 'rowdft' or H * H <= 1000]
+)  # no 3136 x 3136 Toeplitz matrices: 'auto' never builds them
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+def test_precision_against_float64(method, C, H, dtype):
+    """float32 and fp16 inputs compute in their dtype; bf16 runs under CPU autocast (float32 input, bf16 products,
+    bf16 result), as a CUDA model does under bf16 autocast."""
+    L = H * H
+    x = torch.randn(1, C, H, H, dtype=DT).to(memory_format=torch.channels_last).flatten(2)
+    k = torch.randn(C, 2 * L - 1, dtype=DT) / (2 * L) ** 0.5
+    ref = reference(x, k, L - 1)
+    if dtype == torch.bfloat16:
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            y = long_conv1d(x.float(), k.float(), zero_lag=L - 1, method=method)
+    else:
+        y = long_conv1d(x.to(dtype), k.to(dtype), zero_lag=L - 1, method=method)
+    assert y.dtype == dtype
+    err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err <= TOLERANCE[dtype], err
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_gradcheck(method):
+    x = torch.randn(2, 2, 10, dtype=DT, requires_grad=True)
+    k = torch.randn(2, 2, 13, dtype=DT, requires_grad=True)
+    b = torch.randn(2, dtype=DT, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, k, b: long_conv1d(x, k, b, zero_lag=6, method=method), (x, k, b))
+
+
+def test_auto_takes_the_matmul_methods_for_half_cuda_convolutions_only():
+    for dtype in (torch.float16, torch.bfloat16):
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=3136) == ('rowdft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=784) == ('rowdft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196) == ('toeplitz', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=49, taps=97) == ('toeplitz', 'torch')
+    assert engines.resolve('long_conv1d', 'cuda', torch.float32) == ('fft', 'torch')  # float32 keeps cuFFT
+    assert engines.resolve('long_conv1d', 'cpu', torch.bfloat16)[0] == 'fft'  # the CPU is unchanged
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=7) == ('direct', 'torch')
+    with pytest.raises(ValueError, match="method='rowdft' runs on the 'torch' engine only"):
+        engines.resolve('long_conv1d', 'cpu', method='rowdft', engine='native')
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_layers_take_the_methods(method):
+    torch.manual_seed(0)
+    layer2d = MRConv2d(8, (6, 5), kernel_type='fourier').double().eval()
+    layer1d = MRConv1d(8, 30, kernel_type='fourier').double().eval()
+    for layer, x in ((layer2d, torch.randn(2, 8, 6, 5, dtype=DT)), (layer1d, torch.randn(2, 8, 30, dtype=DT))):
+        ref = layer(x)
+        layer.method = method
+        torch.testing.assert_close(layer(x), ref, rtol=1e-10, atol=1e-10)
+
+
+class _Record(TorchDispatchMode):
+    """Every ATen op called, and inside the mixers the largest tensor produced relative to the mixer's input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+        self.input_bytes: int | None = None
+        self.worst = (0.0, '')
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.add(str(func))
+        if self.input_bytes:
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() / self.input_bytes > self.worst[0]:
+                    self.worst = (t.untyped_storage().nbytes() / self.input_bytes, f'{func} {tuple(t.shape)}')
+        return out
+
+
+def test_a_deployed_mrconvnext_t_on_cuda_under_bf16_autocast_runs_no_fft():
+    """Fake CUDA tensors (no GPU needed): batch 128 at 224 px, channels-last, bf16 autocast. The mixers call no
+    aten._fft_* and produce no tensor larger than 2.5x their input (the row spectra are 2x a bf16 copy of it)."""
+    model = reparameterize_model(timm.create_model('mrconvnext_t').eval())
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    rec = _Record()
+    for m in model.modules():
+        if isinstance(m, MRConv2d):
+            m.register_forward_pre_hook(lambda mod, a: setattr(rec, 'input_bytes', a[0].untyped_storage().nbytes()))
+            m.register_forward_hook(lambda mod, a, out: setattr(rec, 'input_bytes', None))
+    mode = FakeTensorMode()
+    with mode:
+        params = {k: mode.from_tensor(v).to('cuda') for k, v in state.items()}
+        params = {k: v.to(memory_format=torch.channels_last) if v.dim() == 4 else v for k, v in params.items()}
+        x = torch.randn(128, 3, 224, 224, device='cuda').to(memory_format=torch.channels_last)
+        # torch.autocast('cuda') turns itself off without a visible GPU; the autocast state is set directly
+        torch.set_autocast_enabled('cuda', True)
+        torch.set_autocast_dtype('cuda', torch.bfloat16)
+        try:
+            with torch.no_grad(), rec:
+                y = torch.func.functional_call(model, params, (x,))
+        finally:
+            torch.set_autocast_enabled('cuda', False)
+    assert y.shape == (128, 1000) and y.device.type == 'cuda'
+    assert not [op for op in rec.ops if 'fft' in op], sorted(rec.ops)
+    assert {'aten.bmm.default', 'aten.mm.default'} & rec.ops
+    assert rec.worst[0] <= 2.5, rec.worst
