@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import autocast_dtype, autocast_off
-from .grid import kernel_row_spectra, row_dft, row_grid, row_idft, toeplitz_matrix
+from .grid import row_dft, row_grid, row_idft, toeplitz_blocks, toeplitz_matrix
 
 __all__ = ['CHUNK_ELEMS', 'chunks', 'fft_forward', 'fft_backward', 'direct_conv1d', 'toeplitz_conv', 'rowdft_conv']
 
@@ -107,35 +107,43 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     return y
 
 
-def _matrix_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the kernel-side matrices are built in: ``x``'s, or float32 under autocast (which casts both operands
-    of every product to its dtype, so the matrices are rounded once, from float32)."""
-    return x.dtype if autocast_dtype(x.device.type) is None else torch.float32
+def _dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """``(build, product)``: kernel-side matrices are built in ``x``'s dtype, or in float32 under autocast, and
+    written in the dtype the products run in (autocast's, else ``x``'s), so autocast casts none of them again."""
+    amp = autocast_dtype(x.device.type)
+    return (x.dtype, x.dtype) if amp is None else (torch.float32, amp)
 
 
 def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
-    """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as ``N * C`` products of ``(B, L)``
-    with an ``L x L`` Toeplitz matrix, in the dtype autocast (or ``x``) gives the product."""
+    """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as ``N * C`` products of an ``L x L``
+    Toeplitz matrix (one gather, in the product dtype) with the ``(L, B)`` columns of a channel."""
+    _, product = _dtypes(x)
     with autocast_off(x.device.type):
-        T = toeplitz_matrix(kernel.to(_matrix_dtype(x)), zero_lag, x.shape[-1])  # (N, C, L, L)
-    return torch.einsum('ncts,bcs->bnct', T, x)
+        T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
+    return torch.matmul(T, x.permute(1, 2, 0)).permute(3, 0, 1, 2)  # (N, C, L, B) -> (B, N, C, L)
 
 
 def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """Identity 2: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``. The sequence is folded into ``P`` rows
     of ``Q`` (:func:`.grid.row_grid`; a flattened map folds back into its own rows, anything else is zero-padded),
     row-transformed by one real ``(2Q, Q)`` matrix shared by every channel, multiplied per channel and frequency by
-    a ``2P x 2P`` real Toeplitz block with the batch as the long GEMM dimension, and transformed back at the ``Q``
-    real columns only. Channels stay the innermost dimension of the row transforms, so a channels-last input is
-    read where it lies and the output of one kernel is channels-last."""
+    a ``2P x 2P`` real Toeplitz block (:func:`.grid.toeplitz_blocks`) with the batch as the long GEMM dimension, and
+    transformed back at the ``Q`` real columns only. The row transforms keep the channels innermost, so a
+    channels-last input is read where it lies and the output of one kernel is channels-last; the two transposes
+    around the block product are copies (a fused kernel would keep them on chip)."""
     B, C, L = x.shape
+    N = kernel.shape[0]
     P, Q = row_grid(L)
-    dtype = _matrix_dtype(x)
+    build, product = _dtypes(x)
     with autocast_off(x.device.type):
-        blocks = kernel_row_spectra(kernel.to(dtype), zero_lag, P, Q)  # (N, C, Q, 2, P, 2, P)
+        blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
-    rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1)  # (B, P, Q, C)
-    spec = torch.matmul(row_dft(Q, dtype, x.device), rows)  # (B, P, 2Q, C): [Re | Im] of each row
-    out = torch.einsum('ncfshrg,bgrfc->bnhsfc', blocks, spec.unflatten(2, (2, Q)))  # (B, N, P, 2, Q, C)
-    y = torch.matmul(row_idft(Q, dtype, x.device), out.flatten(3, 4))  # (B, N, P, Q, C)
-    return y.permute(0, 1, 4, 2, 3).flatten(3)[..., :L]
+    rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)  # a view for a channels-last map
+    # the DFT matrices in the product dtype, expanded (stride 0) over the batch of rows: never materialized
+    dft = row_dft(Q, product, x.device).expand(B * P, 2 * Q, Q)
+    spec = torch.bmm(dft, rows.to(product))  # (B * P, 2Q, C): [Re | Im] of each row, i.e. (b, g, r, f, c)
+    spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0)  # (Q * C, 2P, B): batch f * C + c, row 2 g + r
+    out = torch.matmul(blocks, spec.contiguous())  # (N, Q * C, 2P, B): row 2 h + s
+    out = out.view(N, Q, C, P, 2, B).permute(5, 0, 3, 4, 1, 2).reshape(B * N * P, 2 * Q, C)
+    y = torch.bmm(row_idft(Q, product, x.device).expand(B * N * P, Q, 2 * Q), out)  # (B * N * P, Q, C)
+    return y.view(B, N, P, Q, C).permute(0, 1, 4, 2, 3).flatten(3)[..., :L]

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-__all__ = ['row_grid', 'toeplitz_matrix', 'kernel_2d', 'row_dft', 'row_idft', 'kernel_row_spectra']
+__all__ = ['row_grid', 'toeplitz_matrix', 'kernel_2d', 'row_dft', 'row_idft', 'toeplitz_blocks']
 
 
 def row_grid(length: int) -> tuple[int, int]:
@@ -35,24 +35,28 @@ def row_grid(length: int) -> tuple[int, int]:
     return -(-length // q), q
 
 
-def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
-    """``(..., K)`` kernels -> ``(..., L, L)`` matrices ``T[t, s] = k[zero_lag + t - s]`` (0 outside the kernel)."""
+def _padded_taps(kernel: torch.Tensor, zero_lag: int, lags: torch.Tensor) -> torch.Tensor:
+    """``kernel[..., zero_lag + lags]`` with 0 where that leaves the kernel: one gather from the taps with a zero
+    appended (the index of every missing lag points at it)."""
     K = kernel.shape[-1]
+    j = zero_lag + lags
+    j = torch.where((j >= 0) & (j < K), j, K)
+    return torch.cat([kernel, kernel.new_zeros(*kernel.shape[:-1], 1)], dim=-1)[..., j]
+
+
+def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
+    """``(..., K)`` kernels -> ``(..., L, L)`` matrices ``T[t, s] = k[zero_lag + t - s]`` (0 outside the kernel), one
+    gather in the kernel's dtype."""
     t = torch.arange(length, device=kernel.device)
-    j = zero_lag + t.view(-1, 1) - t.view(1, -1)
-    valid = (j >= 0) & (j < K)
-    return torch.where(valid, kernel[..., j.clamp(0, K - 1)], kernel.new_zeros(()))
+    return _padded_taps(kernel, zero_lag, t.view(-1, 1) - t.view(1, -1))
 
 
 def kernel_2d(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
     """``(..., K)`` -> ``(..., 2 rows - 1, 2 cols - 1)``: ``K2[a, d] = k[zero_lag + a cols + d]`` with ``a`` from
     ``-(rows - 1)`` and ``d`` from ``-(cols - 1)`` (0 outside the kernel)."""
-    K = kernel.shape[-1]
     a = torch.arange(-(rows - 1), rows, device=kernel.device).view(-1, 1)
     d = torch.arange(-(cols - 1), cols, device=kernel.device).view(1, -1)
-    j = zero_lag + a * cols + d
-    valid = (j >= 0) & (j < K)
-    return torch.where(valid, kernel[..., j.clamp(0, K - 1)], kernel.new_zeros(()))
+    return _padded_taps(kernel, zero_lag, a * cols + d)
 
 
 def _angles(n: int, cols: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -80,20 +84,25 @@ def row_idft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch
     return torch.cat([theta.cos() * coef, -theta.sin() * coef], dim=1).to(dtype)
 
 
-def kernel_row_spectra(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
-    """``(..., K)`` kernels -> ``(..., nf, 2, rows, 2, rows)`` real blocks ``[[Re, -Im], [Im, Re]]`` of the complex
-    Toeplitz matrices ``T_f[h, g] = Khat[h - g, f]``, ``Khat[a, f] = sum_d K2[a, d] e^{-2 pi i f d / N}``: the
-    middle step of identity 2 as one real ``(2 rows x 2 rows)`` matrix per frequency, in the kernel's dtype."""
+def toeplitz_blocks(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """The middle step of identity 2 as real matrices: ``(N, C, K)`` kernels -> ``(N, nf * C, 2 rows, 2 rows)`` in
+    ``dtype``, batch index ``f * C + c`` (``nf = cols``), row ``2 h + s`` and column ``2 g + r`` (``s``, ``r``: real
+    0 / imaginary 1), the block ``[[Re, -Im], [Im, Re]]`` of ``T_f[h, g] = Khat[h - g, f]`` with
+    ``Khat[a, f] = sum_d K2[a, d] e^{-2 pi i f d / N}``. Spectra in the kernel's dtype, the matrices written once by
+    one gather in ``dtype``: row spectra ``(2, 2 rows - 1)`` per ``(n, f, c)`` are all it reads."""
+    N, C, _ = kernel.shape
     n = 2 * cols - 1
-    k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (..., 2 rows - 1, 2 cols - 1)
+    k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (N, C, 2 rows - 1, 2 cols - 1)
     d = torch.arange(-(cols - 1), cols, device=kernel.device)
     theta = _angles(n, d, torch.arange(cols, device=kernel.device))  # (2 cols - 1, nf)
-    re = k2 @ theta.cos().to(kernel.dtype)  # (..., 2 rows - 1, nf)
-    im = -(k2 @ theta.sin().to(kernel.dtype))
+    re = k2 @ theta.cos().to(kernel.dtype)  # (N, C, 2 rows - 1, nf)
+    im = k2 @ -theta.sin().to(kernel.dtype)
+    # parts[..., s, r, a]: the (s, r) entry of the 2 x 2 block at row offset a: [[Re, -Im], [Im, Re]]
+    parts = torch.stack([re, -im, im, re], dim=-1).to(dtype)  # (N, C, 2 rows - 1, nf, 4)
+    parts = parts.permute(0, 3, 1, 4, 2).reshape(N, cols * C, 4 * (2 * rows - 1))  # (N, nf * C, (s, r, a))
     h = torch.arange(rows, device=kernel.device)
-    idx = h.view(-1, 1) - h.view(1, -1) + rows - 1  # (rows, rows): a = h - g
-    tr = re[..., idx, :].movedim(-1, -3)  # (..., nf, rows, rows)
-    ti = im[..., idx, :].movedim(-1, -3)
-    top = torch.stack([tr, -ti], dim=-2)  # (..., nf, rows, 2, rows)
-    bottom = torch.stack([ti, tr], dim=-2)
-    return torch.stack([top, bottom], dim=-4)  # (..., nf, 2, rows, 2, rows)
+    s = torch.arange(2, device=kernel.device)
+    # index of (s, r, a = h - g + rows - 1) for row 2 h + s and column 2 g + r
+    row = (s.view(1, 2) * 2 * (2 * rows - 1) + (h.view(-1, 1) + rows - 1)).reshape(-1)  # (2 rows,)
+    col = (s.view(1, 2) * (2 * rows - 1) - h.view(-1, 1)).reshape(-1)  # (2 rows,)
+    return parts[..., row.view(-1, 1) + col.view(1, -1)]

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 
 from mrconvnext.ops.long_conv.grid import (
     kernel_2d,
-    kernel_row_spectra,
     row_dft,
     row_grid,
     row_idft,
+    toeplitz_blocks,
     toeplitz_matrix,
 )
 from tests.reference import shifted_sum_conv
@@ -36,10 +36,12 @@ def test_identity_2_row_dft_then_toeplitz_per_frequency(H, W, K, zero_lag):
     x = torch.randn(2, 3, H, W, dtype=DT)
     k = torch.randn(3, K, dtype=DT)
     ref = shifted_sum_conv(x.flatten(2), k, zero_lag).view(2, 3, H, W)
-    spec = torch.einsum('fw,bchw->bchf', row_dft(W, DT, 'cpu'), x).unflatten(-1, (2, W))  # (B, C, H, 2, nf)
-    blocks = kernel_row_spectra(k, zero_lag, H, W)  # (C, nf, 2, H, 2, H)
-    out = torch.einsum('cfshrg,bcgrf->bchsf', blocks, spec)
-    y = torch.einsum('wf,bchf->bchw', row_idft(W, DT, 'cpu'), out.flatten(-2))
+    spec = torch.einsum('fw,bchw->bchf', row_dft(W, DT, 'cpu'), x)  # (B, C, H, 2 nf): [Re | Im]
+    spec = spec.unflatten(-1, (2, W)).permute(1, 4, 2, 3, 0).reshape(3 * W, 2 * H, 2)  # ((c, f), (g, r), b)
+    blocks = toeplitz_blocks(k.unsqueeze(0), zero_lag, H, W, DT)[0]  # ((f, c), (h, s), (g, r))
+    blocks = blocks.view(W, 3, 2 * H, 2 * H).transpose(0, 1).reshape(3 * W, 2 * H, 2 * H)
+    out = (blocks @ spec).view(3, W, H, 2, 2).permute(4, 0, 2, 3, 1).reshape(2, 3, H, 2 * W)  # (b, c, h, (s, f))
+    y = torch.einsum('wf,bchf->bchw', row_idft(W, DT, 'cpu'), out)
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
 
 
