@@ -438,21 +438,22 @@ def report() -> str:
     lines = [
         'mrconvnext engines: what engine="auto" runs',
         '',
-        f'{"operator":<27} {"device":<6} {"dtype":<9} {"method":<7} engine',
+        f'{"operator":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
     ]
-    rows = [('long_conv1d', 3136), ('long_conv1d', 7), ('branch_conv_bn_sum', 3136)]
-    rows += [('talk1d', 1), ('talk2d', 1), ('dynamic_conv1d', 1)]
+    # (op, sequence length, taps): long convolutions at ConvNeXt-T's stage-1 and stage-3 lengths, and a short kernel
+    rows = [('long_conv1d', 3136, 3136), ('long_conv1d', 196, 196), ('long_conv1d', 3136, 7)]
+    rows += [('branch_conv_bn_sum', 3136, 3136), ('talk1d', 1, 1), ('talk2d', 1, 1), ('dynamic_conv1d', 1, 1)]
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        for op, taps in rows:
+        for op, length, taps in rows:
             for device in ('cpu', 'cuda'):
                 for dtype in (torch.float32, torch.bfloat16):
                     try:
-                        method, engine = resolve(op, device, dtype, taps=taps)
+                        method, engine = resolve(op, device, dtype, length=length, taps=taps)
                     except RuntimeError as exc:
                         method, engine = '-', f'unavailable ({exc})'
-                    name = f'{op}' + (f' ({taps} taps)' if op == 'long_conv1d' else '')
-                    lines.append(f'{name:<27} {device:<6} {str(dtype)[6:]:<9} {method:<7} {engine}')
+                    name = f'{op}' + (f' (L={length}, {taps} taps)' if op == 'long_conv1d' else '')
+                    lines.append(f'{name:<34} {device:<6} {str(dtype)[6:]:<9} {method:<8} {engine}')
     lines += ['', 'native CPU kernels (built on first use, or by `python -m mrconvnext.engines --build`)']
     for ext in (TALK_EXT, FFTCONV_EXT):
         state = 'disabled (MRCONVNEXT_DISABLE_NATIVE)' if native_disabled() else None

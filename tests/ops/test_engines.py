@@ -28,7 +28,9 @@ def test_long_convolutions_choose_by_taps_device_and_dtype():
     assert engines.resolve('long_conv1d', 'cpu', taps=auto) == ('direct', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', taps=auto + 1) == ('fft', 'native' if NATIVE else 'torch')
     assert engines.resolve('long_conv1d', 'cuda', taps=3136) == ('fft', 'torch')  # cuFFT through torch.fft
-    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136) == ('fft', 'torch')  # no flashfftconv
+    # half precision on CUDA without flashfftconv: the matmul methods (tests/ops/long_conv/test_matmul_methods.py)
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136) == ('rowdft', 'torch')
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, method='fft', taps=3136) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', method='fft', engine='torch', taps=7) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', engine='torch', taps=7) == ('direct', 'torch')
     if NATIVE:
@@ -96,11 +98,16 @@ def test_the_old_backend_keyword_maps_to_method_and_engine(family, backend, expe
 
 def test_the_report_names_every_operator_and_the_build_state():
     text = engines.report()
-    for op in ('long_conv1d (3136 taps)', 'long_conv1d (7 taps)', 'branch_conv_bn_sum', 'talk1d', 'talk2d'):
+    long = ('long_conv1d (L=3136, 3136 taps)', 'long_conv1d (L=196, 196 taps)', 'long_conv1d (L=3136, 7 taps)')
+    for op in (*long, 'branch_conv_bn_sum', 'talk1d', 'talk2d'):
         assert sum(line.startswith(op) for line in text.splitlines()) == 4, op  # cpu / cuda x float32 / bfloat16
     assert f'cache:   {engines.build_root()}' in text and engines.TALK_EXT in text
-    line = next(x for x in text.splitlines() if x.startswith('long_conv1d (7 taps)') and ' cpu ' in x)
+    lines = text.splitlines()
+    line = next(x for x in lines if x.startswith('long_conv1d (L=3136, 7 taps)') and ' cpu ' in x)
     assert line.split()[-2:] == ['direct', 'torch']
+    for op, method in ((long[0], 'rowdft'), (long[1], 'toeplitz')):
+        line = next(x for x in lines if x.startswith(op) and ' cuda ' in x and 'bfloat16' in x)
+        assert line.split()[-2:] == [method, 'torch']
 
 
 def test_the_engines_command_prints_the_report():

@@ -178,7 +178,9 @@ def test_bad_zero_lag_method_and_engine():
     x, k = torch.randn(1, 2, 8), torch.randn(2, 3)
     with pytest.raises(ValueError, match='zero_lag'):
         long_conv1d(x, k, zero_lag=3)
-    with pytest.raises(ValueError, match=r"method must be one of \('auto', 'fft', 'direct'\), got 'cufft'"):
+    with pytest.raises(
+        ValueError, match=r"method must be one of \('auto', 'fft', 'direct', 'toeplitz', 'rowdft'\), got 'cufft'"
+    ):
         long_conv1d(x, k, method='cufft')
     with pytest.raises(ValueError, match=r"engine must be one of \('auto', 'native', 'torch', 'flashfft'\)"):
         long_conv1d(x, k, engine='cuda')
