@@ -196,3 +196,22 @@ def test_compile_export_onnx_and_meta(method, tmp_path):
     with torch.device('meta'):
         meta = MRConv2d(8, (6, 5), kernel_type='fourier', method=method)
     assert meta(torch.empty(2, 8, 6, 5, device='meta')).shape == (2, 8, 6, 5)
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_a_features_only_model_at_another_size_agrees_with_the_fft(method):
+    """features_only mrconvnext_atto built at 32 px, deployed, run at 40 x 48 (lag remap at another width): the
+    matmul methods give the FFT's feature maps in float64."""
+    from mrconvnext.tools.common import set_mixer_method
+
+    torch.manual_seed(0)
+    model = timm.create_model('mrconvnext_atto', img_size=32, features_only=True).double().eval()
+    model = reparameterize_model(model)
+    x = torch.randn(2, 3, 40, 48, dtype=DT)
+    with torch.no_grad():
+        assert set_mixer_method(model, 'fft') > 0
+        ref = model(x)
+        set_mixer_method(model, method)
+        out = model(x)
+    for a, b in zip(out, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
