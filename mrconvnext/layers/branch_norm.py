@@ -1,9 +1,11 @@
 """MRConv's per-branch BatchNorm and weighted sum (paper Eq. 10-12), with ``nn.BatchNorm1d``'s bookkeeping.
 
 The branches' BatchNorms are one ``BatchNorm1d(N * C)`` (channel ``i * C + c`` is branch ``i``'s channel ``c``) and
-``alpha (N, C)`` weighs them. Two training forms compute the same statistics, running-statistics updates and
-gradients: the fused operator :func:`~mrconvnext.ops.branch_conv_bn_sum` (convolution, BatchNorms and sum in one,
-where it runs) and ``F.batch_norm`` with alpha folded into its affine transform. Any other norm module (e.g. a
+``alpha (N, C)`` weighs them. Three training forms compute the same statistics, running-statistics updates and
+gradients: the fused CPU operator :func:`~mrconvnext.ops.branch_conv_bn_sum` (convolution, BatchNorms and sum in one,
+where it runs), the folded operator :func:`~mrconvnext.ops.long_conv.folded_bn_conv` (one merged convolution, every
+other device and engine) and ``F.batch_norm`` with alpha folded into its affine transform (after a convolution per
+branch, for the cases the operators do not take: another norm module, statistics over part of the map). Any other norm module (e.g. a
 synchronized BatchNorm after conversion) is called as it is, then weighted by alpha.
 """
 
@@ -13,9 +15,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from ..ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported, folded_bn_conv
 
-__all__ = ['fused_applies', 'fused_conv_norm_sum', 'norm_sum', 'momentum_step']
+__all__ = ['fused_applies', 'fused_conv_norm_sum', 'fold_applies', 'folded_conv_norm_sum', 'norm_sum', 'momentum_step']
 
 
 def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> bool:
@@ -31,6 +33,12 @@ def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> b
     )
 
 
+def fold_applies(bn: nn.Module) -> bool:
+    """Training with batch statistics and a plain affine BatchNorm1d: :func:`folded_conv_norm_sum` computes the
+    branch sum as one merged convolution (any device and engine; used where :func:`fused_applies` does not)."""
+    return bn.training and type(bn) is nn.BatchNorm1d and bn.affine
+
+
 def momentum_step(bn: nn.BatchNorm1d) -> float:
     """Counts a training batch and returns the running-statistics momentum, as nn.BatchNorm1d does
     (``momentum=None``: cumulative moving average)."""
@@ -42,19 +50,44 @@ def fused_conv_norm_sum(
     bn: nn.BatchNorm1d, alpha: torch.Tensor, x: torch.Tensor, kernels: torch.Tensor, zero_lag: int
 ) -> torch.Tensor:
     """``sum_i alpha_i * bn_i(conv(x, kernel_i))`` for ``x (B, C, L)`` and ``kernels (N, C, K)`` through the fused
-    operator, with nn.BatchNorm1d's running-statistics updates."""
+    CPU operator, with nn.BatchNorm1d's running-statistics updates."""
     N, C = alpha.shape
     dt = x.dtype
     y, mean, var = branch_conv_bn_sum(
         x, kernels, zero_lag, bn.weight.view(N, C).to(dt), bn.bias.view(N, C).to(dt), alpha.to(dt), bn.eps
     )
-    if bn.track_running_stats:
-        momentum = momentum_step(bn)
-        M = x.shape[0] * x.shape[2]
-        with torch.no_grad():  # as F.batch_norm: the running variance is the unbiased one
-            bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
-            bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
+    _update_running(bn, mean, var, x.shape[0] * x.shape[2])
     return y
+
+
+def folded_conv_norm_sum(
+    bn: nn.BatchNorm1d,
+    alpha: torch.Tensor,
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    method: str = 'auto',
+    engine: str = 'auto',
+) -> torch.Tensor:
+    """The same as :func:`fused_conv_norm_sum` through :func:`~mrconvnext.ops.long_conv.folded_bn_conv`: one
+    convolution with the merged kernel, statistics without a stored ``(B, N, C, L)`` tensor."""
+    N, C = alpha.shape
+    y, mean, var = folded_bn_conv(
+        x, kernels, zero_lag, bn.weight.view(N, C), bn.bias.view(N, C), alpha, bn.eps, method=method, engine=engine
+    )
+    _update_running(bn, mean, var, x.shape[0] * x.shape[2])
+    return y
+
+
+def _update_running(bn: nn.BatchNorm1d, mean: torch.Tensor, var: torch.Tensor, M: int) -> None:
+    """nn.BatchNorm1d's running-statistics update from the batch ``mean`` and biased ``var`` of ``M`` values per
+    channel (the running variance is the unbiased one, as F.batch_norm keeps it)."""
+    if not bn.track_running_stats:
+        return
+    momentum = momentum_step(bn)
+    with torch.no_grad():
+        bn.running_mean.lerp_(mean.reshape(-1).to(bn.running_mean.dtype), momentum)
+        bn.running_var.lerp_((var * (M / (M - 1))).reshape(-1).to(bn.running_var.dtype), momentum)
 
 
 def _batch_norm_alpha(bn: nn.BatchNorm1d, alpha: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

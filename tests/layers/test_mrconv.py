@@ -323,26 +323,31 @@ def test_deployed_form_keeps_device_and_dtype():
 
 
 @pytest.mark.parametrize('momentum', [0.1, None])
-@pytest.mark.parametrize('path', ['fused-kernel', 'alpha-in-affine'])
+@pytest.mark.parametrize('path', ['fused-kernel', 'folded'])
 def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momentum, path):
-    """The fused paths equal calling the BatchNorm module and weighting by alpha (as a converted, e.g.
+    """The operator paths equal calling the BatchNorm module and weighting by alpha (as a converted, e.g.
     synchronized, norm module is used): outputs, gradients and running statistics. 'fused-kernel' is the
-    native conv + BatchNorm + sum op of CPU training; 'alpha-in-affine' the F.batch_norm path used otherwise
-    (and in eval mode by both)."""
+    native conv + BatchNorm + sum op of CPU training; 'folded' the merged-convolution operator of every other
+    engine and device (the torch engine here); eval mode takes F.batch_norm with alpha in its affine transform."""
     from mrconvnext.layers import branch_norm
     from mrconvnext.ops import branch_conv_bn_sum_supported
 
     if path == 'fused-kernel' and not branch_conv_bn_sum_supported(torch.zeros(1, 1, 1)):
         pytest.skip('fused CPU extension unavailable (no MKL or no compiler)')
-    calls = []
-    real_op = branch_norm.branch_conv_bn_sum
-    monkeypatch.setattr(branch_norm, 'branch_conv_bn_sum', lambda *a, **k: calls.append(1) or real_op(*a, **k))
+    calls = {'fused-kernel': [], 'folded': []}
+    real_fused, real_folded = branch_norm.branch_conv_bn_sum, branch_norm.folded_bn_conv
+    monkeypatch.setattr(
+        branch_norm, 'branch_conv_bn_sum', lambda *a, **k: calls['fused-kernel'].append(1) or real_fused(*a, **k)
+    )
+    monkeypatch.setattr(
+        branch_norm, 'folded_bn_conv', lambda *a, **k: calls['folded'].append(1) or real_folded(*a, **k)
+    )
 
     class OtherNorm(torch.nn.BatchNorm1d):  # any subclass takes the generic path
         pass
 
     fused = _make('fourier_sparse', 'bn', seq_len=40).double()
-    fused.engine = 'auto' if path == 'fused-kernel' else 'torch'  # the torch engine trains through F.batch_norm
+    fused.engine = 'auto' if path == 'fused-kernel' else 'torch'  # the torch engine trains through the fold
     generic = _make('fourier_sparse', 'bn', seq_len=40).double()
     fused.bn.momentum = momentum
     generic.load_state_dict(fused.state_dict())
@@ -369,7 +374,7 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momen
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     for name in ('running_mean', 'running_var', 'num_batches_tracked'):
         torch.testing.assert_close(getattr(fused.bn, name), getattr(generic.bn, name))
-    assert len(calls) == (2 if path == 'fused-kernel' else 0)  # the two training steps
+    assert len(calls[path]) == 2 and sum(map(len, calls.values())) == 2  # the two training steps
 
 
 def test_deployed_layer_on_changing_lengths_issue_reproducer():

@@ -7,10 +7,12 @@ from . import flops  # noqa: F401 - registers the operators' FLOP formulas
 from .api import long_conv1d
 from .conv_bn_sum import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from .engine_torch import direct_conv1d
+from .fold_bn import folded_bn_conv
 from .lag_remap import conv2d_lags, conv2d_padding, remap_lags, remapped_layout
 from .layout import circular_kernel, crop_kernel, fft_length, fft_size, kernel_spectrum
 
 __all__ = [
+    'folded_bn_conv',
     'long_conv1d',
     'direct_conv1d',
     'branch_conv_bn_sum',

@@ -49,7 +49,7 @@ from .checks import check_long_conv
 from .engine_torch import direct_conv1d
 from .layout import crop_kernel
 
-__all__ = ['long_conv1d']
+__all__ = ['long_conv1d', 'long_conv1d_vjp']
 
 
 def long_conv1d(
@@ -70,7 +70,7 @@ def long_conv1d(
         kernel: ``(C, K)`` or ``(N, C, K)`` kernels; ``N`` kernels share one input transform.
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
-        method: ``'auto'``, ``'fft'`` or ``'direct'``.
+        method: ``'auto'``, ``'fft'``, ``'direct'``, ``'toeplitz'`` or ``'rowdft'``.
         engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``.
         backend: deprecated spelling (``'fft'`` / ``'direct'``: the method; ``'flashfft'``: the engine).
         spectrum_cache: deprecated and ignored (the function keeps no state, and nothing derived from a kernel is
@@ -129,3 +129,35 @@ def long_conv1d(
     op = operators.fft_conv_torch if engine == 'torch' else operators.fft_conv
     y = op(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
+
+
+def long_conv1d_vjp(
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+    *,
+    method: str = 'auto',
+    engine: str = 'auto',
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_kernel)`` of :func:`long_conv1d` (no bias) for the output gradient ``grad_y``, callable where
+    autograd is not (inside an operator). The FFT method runs its operators' backward (the native kernels on the CPU);
+    the others, which are plain ATen ops, ``torch.func.vjp`` (flashfftconv, which has no backward here, is replaced by
+    the torch.fft engine). Shapes and dtypes as ``x`` and ``kernel``."""
+    L = x.shape[-1]
+    zero = torch.sym_min(zero_lag, L - 1)
+    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
+    amp = autocast_dtype(x.device.type)
+    chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
+    if chosen == 'fft':
+        compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+        stacked = kernel.dim() == 3
+        k = (kernel if stacked else kernel.unsqueeze(0)).to(compute)
+        g = (grad_y if stacked else grad_y.unsqueeze(1)).to(compute)
+        op = operators.fft_conv_backward if resolved == 'native' else operators.fft_conv_torch_backward
+        grad_x, grad_k = op(g, x.to(compute), k, zero_lag, True, True)
+        return grad_x.to(x.dtype), (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype)
+    _, vjp = torch.func.vjp(
+        lambda a, b: long_conv1d(a, b, zero_lag=zero_lag, method=chosen, engine=resolved), x, kernel
+    )
+    return vjp(grad_y.to(amp or x.dtype))

@@ -1,0 +1,273 @@
+"""MRConv's training form with the per-branch BatchNorms folded into one convolution (identity 4 of the GPU notes):
+any device, any engine of :func:`~mrconvnext.ops.long_conv1d`, nothing of size ``(B, N, C, L)`` kept.
+
+For ``x (B, C, L)``, kernels ``(N, C, K)`` (lag convention of :mod:`mrconvnext.ops.long_conv`), per-branch batch
+statistics over the ``M = B L`` values of a channel (``mean_i``, biased ``var_i``, ``s_i = (var_i + eps)^-1/2``)::
+
+    y = sum_i alpha_i (weight_i (z_i - mean_i) s_i + bias_i),   z_i = conv(x, k_i)
+      = conv(x, sum_i a_i k_i) + c,   a_i = alpha_i weight_i s_i,   c = sum_i alpha_i (bias_i - weight_i mean_i s_i)
+
+* ``mean_i`` is exact without any ``z_i``: ``mean_i = sum_s S[s] r_i[s] / M`` with ``S = sum_b x[b]`` and the
+  ones-response ``r_i[s] = sum_{0 <= t < L} k_i[zero_lag + t - s]`` (a window sum of the taps).
+* ``var_i`` is the centred sum ``sum (z_i - mean_i)^2 / M`` over batch chunks of the branch outputs (bounded
+  memory, the mean known first: no ``E[z^2] - E[z]^2`` cancellation), accumulated in float64.
+* The output is one convolution with the merged kernel plus a constant per channel.
+* Backward (``g = dL/dy``, ``G0 = sum g``, ``P_i = sum g (z_i - mean_i) s_i``):
+  ``dbias_i = alpha_i G0``, ``dweight_i = alpha_i P_i``, ``dalpha_i = weight_i P_i + bias_i G0``, and
+  ``dz_i = a_i (g - G0 / M) - (a_i P_i s_i / M)(z_i - mean_i)`` pushed through each branch's convolution for ``dx``
+  and ``dk_i``, batch chunk by batch chunk with the ``z_i`` recomputed. ``P_i`` comes first, from one correlation of
+  ``g`` with ``x`` shared by all branches: ``sum g z_i = sum_j k_i[j] Cgx[j]``.
+
+Saved for the backward: ``x``, the kernels, the affine parameters and the statistics.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import autocast_dtype, autocast_off
+from .api import long_conv1d, long_conv1d_vjp
+from .checks import check_long_conv
+
+__all__ = [
+    'CHUNK_ELEMS',
+    'ones_responses',
+    'folded_bn_conv',
+    'folded_bn_conv_forward',
+    'folded_bn_conv_backward',
+    'folded_bn_conv_op',
+    'folded_bn_conv_backward_op',
+]
+
+# Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes.
+CHUNK_ELEMS = 1 << 24
+
+
+def ones_responses(kernels: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(u, r)`` for ``kernels (..., K)`` on ``length`` positions, in float64: ``u = T 1`` (the output for a constant
+    input, ``u[t] = sum_{0 <= s < L} k[zero_lag + t - s]``) and ``r = T^T 1`` (``r[s] = sum_{0 <= t < L}
+    k[zero_lag + t - s]``), both window sums of the taps read from one prefix sum."""
+    k = kernels.double()
+    K = k.shape[-1]
+    prefix = torch.cat([k.new_zeros(*k.shape[:-1], 1), k.cumsum(-1)], dim=-1)  # prefix[j] = sum of taps < j
+    pos = torch.arange(length, device=k.device)
+
+    def window(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:  # sum of taps lo..hi (inclusive), clipped
+        return prefix[..., (hi + 1).clamp(0, K)] - prefix[..., lo.clamp(0, K)]
+
+    u = window(zero_lag + pos - (length - 1), zero_lag + pos)
+    r = window(zero_lag - pos, zero_lag - pos + length - 1)
+    return u, r
+
+
+def _chunks(B: int, per_item: int):
+    step = max(1, CHUNK_ELEMS // max(1, per_item))
+    for b0 in range(0, B, step):
+        yield slice(b0, min(B, b0 + step))
+
+
+def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int):
+    """``(center, mean, u, offset)`` in float64: the per-channel input mean ``center (C,)``, the branch means
+    ``mean (N, C)`` (exact, from the ones-responses), ``u = T 1 (N, C, L)`` and ``offset (N, C, L)`` with
+    ``z_i - mean_i = conv(x - center, k_i) + offset_i``: the branch outputs are formed from a centred input, so a
+    large input mean cancels in float64, not in the convolution's dtype."""
+    B, C, L = x.shape
+    M = B * L
+    S = x.double().sum(0)  # (C, L)
+    center = S.sum(-1) / M
+    u, r = ones_responses(kernels, zero_lag, L)  # (N, C, L) each
+    mean = (S.unsqueeze(0) * r).sum(-1) / M
+    offset = center.view(1, C, 1) * u - mean.unsqueeze(-1)
+    return center, mean, u, offset
+
+
+def _centred_branches(x, kernels, zero_lag, center, offset, method, engine):
+    """``(x - center, z - mean)`` for a batch chunk ``x``: the centred input and ``conv(x - center, k_i) + offset_i =
+    z_i - mean_i`` ``(b, N, C, L)``."""
+    xc = x - center.to(x.dtype).view(1, -1, 1)
+    return xc, long_conv1d(xc, kernels, zero_lag=zero_lag, method=method, engine=engine) + offset.to(x.dtype)
+
+
+def _reached_sums(D: torch.Tensor, zero_lag: int, taps: int) -> torch.Tensor:
+    """``(..., K)``: for each tap ``j`` (lag ``tau = j - zero_lag``) the sum of ``D[..., t]`` over the outputs
+    ``0 <= t < L`` whose input ``t - tau`` lies in the sequence."""
+    L = D.shape[-1]
+    prefix = torch.cat([D.new_zeros(*D.shape[:-1], 1), D.cumsum(-1)], dim=-1)
+    tau = torch.arange(taps, device=D.device) - zero_lag
+    return prefix[..., (tau + L).clamp(0, L)] - prefix[..., tau.clamp(0, L)]
+
+
+def folded_bn_conv_forward(
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    eps: float,
+    method: str,
+    engine: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``mrconvnext::folded_bn_conv``: ``(y, mean, var)``, ``y (B, C, L)`` in ``x``'s dtype, the branch batch means
+    and biased variances ``(N, C)`` in float64 (module docstring). Every operand in the dtype the convolutions
+    run in (the caller casts; autocast is off inside)."""
+    B, C, L = x.shape
+    N = kernels.shape[0]
+    with autocast_off(x.device.type), torch.no_grad():
+        center, mean, u, offset = _centering(x, kernels, zero_lag)
+        sq = torch.zeros(N, C, dtype=torch.float64, device=x.device)
+        for bs in _chunks(B, N * C * L):
+            _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
+            sq += d.double().square().sum((0, 3))
+        var = sq / (B * L)
+        a, c = _fold(weight, bias, alpha, mean, var, eps)
+        merged = (a.to(kernels.dtype).unsqueeze(-1) * kernels).sum(0)
+        # y = conv(x - center, merged) + center T_merged 1 + c, the large terms combined in float64
+        shift = center.view(-1, 1) * (a.unsqueeze(-1) * u).sum(0) + c.unsqueeze(-1)  # (C, L)
+        xc = x - center.to(x.dtype).view(1, -1, 1)
+        y = long_conv1d(xc, merged, zero_lag=zero_lag, method=method, engine=engine) + shift.to(x.dtype)
+    return y, mean, var
+
+
+def _fold(weight, bias, alpha, mean, var, eps):
+    """``(a, c)`` in float64: ``a_i = alpha_i weight_i s_i`` (N, C) and ``c = sum_i alpha_i (bias_i - weight_i
+    mean_i s_i)`` (C,)."""
+    s = (var + eps).rsqrt()
+    w, b, al = weight.double(), bias.double(), alpha.double()
+    return al * w * s, (al * (b - w * mean * s)).sum(0)
+
+
+folded_bn_conv_op = torch.library.custom_op('mrconvnext::folded_bn_conv', folded_bn_conv_forward, mutates_args=())
+
+
+@folded_bn_conv_op.register_fake
+def _(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine):
+    N, C = kernels.shape[:2]
+    stats = x.new_empty((N, C), dtype=torch.float64)
+    return torch.empty_like(x), stats, stats.clone()
+
+
+def folded_bn_conv_backward(
+    g: torch.Tensor,
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    eps: float,
+    method: str,
+    engine: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_kernels, grad_weight, grad_bias, grad_alpha)`` of :func:`folded_bn_conv_forward` for the output
+    gradient ``g`` (module docstring); the branch outputs are recomputed chunk by chunk, twice."""
+    B, C, L = x.shape
+    N = kernels.shape[0]
+    M = B * L
+    with autocast_off(x.device.type):
+        with torch.no_grad():
+            center, _, _, offset = _centering(x, kernels, zero_lag)
+            s = (var + eps).rsqrt()
+            a, _ = _fold(weight, bias, alpha, mean, var, eps)
+            G0 = g.double().sum((0, 2))  # (C,)
+            gz = torch.zeros(N, C, dtype=torch.float64, device=x.device)  # sum g (z_i - mean_i)
+            for bs in _chunks(B, N * C * L):
+                _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
+                gz += (d.double() * g[bs].double().unsqueeze(1)).sum((0, 3))
+            P = s * gz  # sum g * zhat_i
+            coef = (a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1)
+            gbar = (G0 / M).to(x.dtype).view(1, 1, C, 1)
+            a_x = a.to(x.dtype).unsqueeze(-1)
+        grad_x = torch.empty_like(x)
+        grad_k = torch.zeros_like(kernels)
+        dz_sum = torch.zeros(N, C, L, dtype=torch.float64, device=x.device)
+        for bs in _chunks(B, N * C * L):
+            xs, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
+            dz = a_x * (g[bs].unsqueeze(1) - gbar) - coef * d
+            gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
+            grad_x[bs] = gx
+            grad_k += gk
+            dz_sum += dz.double().sum(0)
+        # the kernels also multiply the centre taken out of x: dk_i[j] += center * sum of dz_i over the outputs
+        # that lag j reaches from inside the sequence
+        grad_k += (center.view(1, C, 1) * _reached_sums(dz_sum, zero_lag, kernels.shape[-1])).to(grad_k.dtype)
+        w, b, al = weight.double(), bias.double(), alpha.double()
+        return (
+            grad_x,
+            grad_k,
+            (al * P).to(weight.dtype),
+            (al * G0).to(bias.dtype),
+            (w * P + b * G0).to(alpha.dtype),
+        )
+
+
+folded_bn_conv_backward_op = torch.library.custom_op(
+    'mrconvnext::folded_bn_conv_backward', folded_bn_conv_backward, mutates_args=()
+)
+
+
+@folded_bn_conv_backward_op.register_fake
+def _(g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine):
+    return (
+        torch.empty_like(x),
+        torch.empty_like(kernels),
+        torch.empty_like(weight),
+        torch.empty_like(bias),
+        torch.empty_like(alpha),
+    )
+
+
+def _setup(ctx, inputs, output):
+    x, kernels, zero_lag, weight, bias, alpha, eps, method, engine = inputs
+    _, mean, var = output
+    ctx.save_for_backward(x, kernels, weight, bias, alpha, mean, var)
+    ctx.args = (zero_lag, eps, method, engine)
+
+
+def _backward(ctx, g, grad_mean, grad_var):
+    x, kernels, weight, bias, alpha, mean, var = ctx.saved_tensors
+    zero_lag, eps, method, engine = ctx.args
+    gx, gk, gw, gb, ga = folded_bn_conv_backward_op(
+        g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine
+    )
+    return gx, gk, None, gw, gb, ga, None, None, None
+
+
+folded_bn_conv_op.register_autograd(_backward, setup_context=_setup)
+
+
+def folded_bn_conv(
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+    eps: float = 1e-5,
+    *,
+    method: str = 'auto',
+    engine: str = 'auto',
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``sum_i alpha_i BN_i(conv(x, k_i))`` with batch statistics (see the module docstring): ``x (B, C, L)``,
+    ``kernels (N, C, K)``, ``weight`` / ``bias`` / ``alpha (N, C)``. Returns ``y`` (B, C, L) and the batch ``mean``
+    and biased ``var`` (N, C) in float64 (no gradient) for the caller's running statistics. Under autocast the
+    convolutions run in its dtype: ``x`` and the parameters are cast to it first, so the operator computes the same
+    eager and compiled."""
+    check_long_conv(x, kernels, zero_lag, None, 'folded_bn_conv')
+    if kernels.dim() != 3:
+        raise ValueError(f'folded_bn_conv expects kernels (N, C, K), got {tuple(kernels.shape)} for x {tuple(x.shape)}')
+    B, C, L = x.shape
+    N = kernels.shape[0]
+    for name, t in (('weight', weight), ('bias', bias), ('alpha', alpha)):
+        if tuple(t.shape) != (N, C):
+            raise ValueError(f'folded_bn_conv expects {name} of shape ({N}, {C}), got {tuple(t.shape)}')
+    if B * L < 2:
+        raise ValueError(f'folded_bn_conv: expected more than 1 value per channel when training, got {B * L}')
+    amp = autocast_dtype(x.device.type)
+    dtype = amp or x.dtype
+    return folded_bn_conv_op(
+        x.to(dtype), kernels.to(dtype), zero_lag, weight.to(dtype), bias.to(dtype), alpha.to(dtype), eps, method,
+        engine,
+    )  # fmt: skip

@@ -1,0 +1,168 @@
+"""The folded training form of MRConv (mrconvnext.ops.long_conv.fold_bn): outputs, statistics and every gradient
+against autograd through a naive per-branch reference (tap-loop convolution, F.batch_norm, alpha-weighted sum) in
+float64; float32 statistics at a large input mean; opcheck; a compiled training step; and on fake CUDA tensors what
+the operators save and run."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mrconvnext.layers import MRConv2d
+from mrconvnext.ops.long_conv import fold_bn
+from mrconvnext.ops.long_conv.fold_bn import folded_bn_conv, ones_responses
+from tests.reference import shifted_sum_conv
+
+DT = torch.float64
+
+
+def naive(x, kernels, zero_lag, weight, bias, alpha, eps=1e-5):
+    """``(y, mean, var)`` by a convolution per branch, F.batch_norm (training) and the alpha-weighted sum."""
+    z = torch.stack([shifted_sum_conv(x, kernels[i], zero_lag) for i in range(kernels.shape[0])])  # (N, B, C, L)
+    y = sum(alpha[i].view(1, -1, 1) * F.batch_norm(z[i], None, None, weight[i], bias[i], True, 0.0, eps)
+            for i in range(kernels.shape[0]))  # fmt: skip
+    return y, z.mean((1, 3)), z.var((1, 3), unbiased=False)
+
+
+# (B, C, L, N, K, zero_lag, input mean): bidirectional, causal, longer than the map, tiny B * L, a large mean
+CASES = [
+    (3, 2, 12, 3, 23, 11, 0.0),
+    (2, 3, 9, 4, 17, 8, 1000.0),
+    (1, 2, 5, 2, 5, 0, 0.0),
+    (2, 2, 7, 2, 40, 25, 0.0),
+    (1, 1, 2, 2, 3, 1, 0.0),
+    (4, 2, 10, 5, 10, 0, 5.0),
+]
+
+
+@pytest.mark.parametrize('method, engine', [('auto', 'auto'), ('fft', 'torch'), ('direct', 'auto'),
+                                            ('toeplitz', 'auto'), ('rowdft', 'auto')])  # fmt: skip
+@pytest.mark.parametrize('B, C, L, N, K, zero_lag, shift', CASES)
+def test_outputs_statistics_and_gradients_match_the_naive_form(B, C, L, N, K, zero_lag, shift, method, engine):
+    x = (torch.randn(B, C, L, dtype=DT) + shift).requires_grad_()
+    k = torch.randn(N, C, K, dtype=DT, requires_grad=True)
+    w, b, a = (torch.randn(N, C, dtype=DT, requires_grad=True) for _ in range(3))
+    g = torch.randn(B, C, L, dtype=DT)
+    y, mean, var = folded_bn_conv(x, k, zero_lag, w, b, a, method=method, engine=engine)
+    y_ref, mean_ref, var_ref = naive(x, k, zero_lag, w, b, a)
+    tol = dict(rtol=1e-9, atol=1e-9 * (1 + shift))
+    torch.testing.assert_close(y, y_ref, **tol)
+    torch.testing.assert_close(mean, mean_ref.detach(), **tol)
+    torch.testing.assert_close(var, var_ref.detach(), rtol=1e-9, atol=1e-9)
+    for got, want in zip(torch.autograd.grad(y, (x, k, w, b, a), g), torch.autograd.grad(y_ref, (x, k, w, b, a), g),
+                         strict=True):  # fmt: skip
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-9 * (1 + shift) * want.abs().max().item())
+
+
+def test_ones_responses_are_the_convolutions_of_ones():
+    k = torch.randn(2, 3, 9, dtype=DT)
+    for L, zero_lag in ((5, 4), (12, 0), (3, 8)):
+        u, r = ones_responses(k, zero_lag, L)
+        ones = torch.ones(1, 3, L, dtype=DT)
+        for i in range(2):
+            torch.testing.assert_close(u[i], shifted_sum_conv(ones, k[i], zero_lag)[0])
+            # r = T^T 1: the adjoint convolution (taps reversed) of ones
+            torch.testing.assert_close(r[i], shifted_sum_conv(ones, k[i].flip(-1), k.shape[-1] - 1 - zero_lag)[0])
+
+
+def test_float32_statistics_at_a_large_input_mean():
+    """At an input mean of 1000 the float32 operator keeps float64 BatchNorm's statistics and output to 1e-4
+    (measured: 1.3e-7 relative on the variance, 8.7e-8 on y): the branch outputs are formed from a centred input."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 196, dtype=DT) + 1000
+    k = torch.randn(3, 8, 391, dtype=DT) / 20
+    w, b, a = (torch.randn(3, 8, dtype=DT) for _ in range(3))
+    y, mean, var = folded_bn_conv(x.float(), k.float(), 195, w.float(), b.float(), a.float())
+    y_ref, mean_ref, var_ref = naive(x, k, 195, w, b, a)
+    assert ((var - var_ref).abs() / var_ref).max() < 1e-4
+    assert ((mean - mean_ref).abs() / mean_ref.abs()).max() < 1e-4
+    assert ((y.double() - y_ref).abs().max() / y_ref.abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize('engine', ['auto', 'torch'])
+def test_opcheck(engine):
+    """Schema, fake implementation, autograd registration of both operators, on the FFT method (native or torch.fft
+    operators inside). The other methods differentiate by torch.func.vjp inside the backward operator, whose wrapped
+    tensors opcheck's schema check cannot read (a limit of that check, not of compile or export, which never enter
+    an operator)."""
+    x = torch.randn(2, 3, 8, dtype=DT, requires_grad=True)
+    k = torch.randn(2, 3, 15, dtype=DT, requires_grad=True)
+    w, b, a = (torch.randn(2, 3, dtype=DT, requires_grad=True) for _ in range(3))
+    args = (x, k, 7, w, b, a, 1e-5, 'fft', engine)
+    torch.library.opcheck(fold_bn.folded_bn_conv_op, args)
+    mean, var = torch.rand(2, 3, dtype=DT), torch.rand(2, 3, dtype=DT) + 0.5
+    bwd = (torch.randn(2, 3, 8, dtype=DT), x.detach(), k.detach(), 7, w.detach(), b.detach(), a.detach(), mean, var,
+           1e-5, 'fft', engine)  # fmt: skip
+    torch.library.opcheck(fold_bn.folded_bn_conv_backward_op, bwd)
+
+
+def test_a_compiled_training_step_equals_eager():
+    """MRConv2d training (branched, BatchNorm) on the torch engine, which takes the fold on the CPU: one SGD step
+    compiled with fullgraph=True equals eager (outputs, parameters after the step, running statistics)."""
+    torch.manual_seed(0)
+    layers = [MRConv2d(8, (6, 5), engine='torch').double() for _ in range(2)]
+    layers[1].load_state_dict(layers[0].state_dict())
+    x = torch.randn(4, 8, 6, 5, dtype=DT)
+
+    def step(layer, fn):
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        y = fn(x)
+        y.square().mean().backward()
+        opt.step()
+        return y.detach()
+
+    torch._dynamo.reset()
+    y_eager = step(layers[0], layers[0])
+    y_comp = step(layers[1], torch.compile(layers[1], fullgraph=True))
+    torch.testing.assert_close(y_comp, y_eager, rtol=1e-10, atol=1e-10)
+    for (name, p0), p1 in zip(layers[0].state_dict().items(), layers[1].state_dict().values(), strict=True):
+        torch.testing.assert_close(p1, p0, rtol=1e-10, atol=1e-10, msg=name)
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_on_cuda_nothing_of_size_B_N_C_L_is_saved_and_the_forward_runs_no_fft():
+    """Fake CUDA tensors, a stage-1 mixer's shapes (B = 32, C = 96, 56 x 56, N = 5), bf16: autograd saves only x,
+    the kernels, the affine parameters and the statistics, and the forward implementation runs no aten._fft_*
+    (the matmul methods). The backward implementation differentiates through the autograd engine, which needs a
+    real device: its operators are checked on the CPU below."""
+    B, C, L, N = 32, 96, 3136, 5
+    saved = []
+    with FakeTensorMode():
+        x = torch.randn(B, C, 56, 56, device='cuda').to(memory_format=torch.channels_last).flatten(2)
+        x = x.to(torch.bfloat16).requires_grad_()
+        k = torch.randn(N, C, 2 * L - 1, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+        w, b, a = (torch.randn(N, C, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+            y, mean, var = folded_bn_conv(x, k, L - 1, w, b, a)
+        assert max(s.numel() for s in saved) < B * N * C * L / 4, saved
+        ops = _Ops()
+        with ops:  # the operator's implementation (FakeTensorMode runs only its fake one)
+            y, mean, var = fold_bn.folded_bn_conv_forward(x.detach(), k.detach(), L - 1, w, b, a, 1e-5, 'auto', 'auto')
+    assert y.dtype == torch.bfloat16 and y.shape == (B, C, L)
+    assert not [op for op in ops.ops if 'fft' in op], sorted(ops.ops)
+    assert 'aten.bmm.default' in ops.ops
+
+
+@pytest.mark.parametrize('method', ['toeplitz', 'rowdft'])
+def test_the_backward_on_the_matmul_methods_runs_no_fft(method):
+    """What the backward implementation runs on CUDA (the matmul methods), here on the CPU: no aten._fft_*."""
+    x = torch.randn(2, 4, 49, dtype=DT)
+    k = torch.randn(3, 4, 97, dtype=DT)
+    w, b, a = (torch.randn(3, 4, dtype=DT) for _ in range(3))
+    ops = _Ops()
+    with ops:
+        y, mean, var = fold_bn.folded_bn_conv_forward(x, k, 48, w, b, a, 1e-5, method, 'auto')
+        grads = fold_bn.folded_bn_conv_backward(torch.randn_like(y), x, k, 48, w, b, a, mean, var, 1e-5, method,
+                                                'auto')  # fmt: skip
+    assert not [op for op in ops.ops if 'fft' in op], sorted(ops.ops)
+    assert [g.shape for g in grads] == [x.shape, k.shape, w.shape, b.shape, a.shape]
