@@ -33,10 +33,12 @@ def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> b
     )
 
 
-def fold_applies(bn: nn.Module) -> bool:
-    """Training with batch statistics and a plain affine BatchNorm1d: :func:`folded_conv_norm_sum` computes the
-    branch sum as one merged convolution (any device and engine; used where :func:`fused_applies` does not)."""
-    return bn.training and type(bn) is nn.BatchNorm1d and bn.affine
+def fold_applies(bn: nn.Module, x: torch.Tensor) -> bool:
+    """Training with batch statistics, a plain affine BatchNorm1d and an input off the CPU (CUDA): then
+    :func:`folded_conv_norm_sum` computes the branch sum as one merged convolution. The CPU keeps its fused operator
+    (:func:`fused_applies`) or, where that does not run, a convolution per branch and ``F.batch_norm``: the fold
+    recomputes the branch outputs three times, which the CPU pays for in time; it saves memory, which a GPU needs."""
+    return bn.training and type(bn) is nn.BatchNorm1d and bn.affine and x.device.type != 'cpu'
 
 
 def momentum_step(bn: nn.BatchNorm1d) -> float:

@@ -346,7 +346,7 @@ class MRConv1d(ScriptedInPython):
         kernels, zero_lag = self._adapt(self.branch_kernels(), geometry, L)
         if valid is None and branch_norm.fused_applies(self.bn, x, self.method, self.engine):
             return branch_norm.fused_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag)
-        if valid is None and branch_norm.fold_applies(self.bn):
+        if valid is None and branch_norm.fold_applies(self.bn, x):
             return branch_norm.folded_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag, self.method, self.engine)
         y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, method=self.method, engine=self.engine))  # (B, N, C, L')
         return branch_norm.norm_sum(self.bn, self.alpha, y)

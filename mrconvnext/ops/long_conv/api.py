@@ -141,23 +141,34 @@ def long_conv1d_vjp(
     engine: str = 'auto',
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_kernel)`` of :func:`long_conv1d` (no bias) for the output gradient ``grad_y``, callable where
-    autograd is not (inside an operator). The FFT method runs its operators' backward (the native kernels on the CPU);
-    the others, which are plain ATen ops, ``torch.func.vjp`` (flashfftconv, which has no backward here, is replaced by
-    the torch.fft engine). Shapes and dtypes as ``x`` and ``kernel``."""
+    autograd is not (inside an operator, under any dispatch mode). Each method's own backward: the FFT operators'
+    (the native kernels on the CPU), grouped convolution's, and the matmul methods' products taken back in turn
+    (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
+    backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel``."""
     L = x.shape[-1]
     zero = torch.sym_min(zero_lag, L - 1)
     taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
     amp = autocast_dtype(x.device.type)
     chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
+    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+    stacked = kernel.dim() == 3
+    k = kernel if stacked else kernel.unsqueeze(0)
+    g = grad_y if stacked else grad_y.unsqueeze(1)
     if chosen == 'fft':
-        compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
-        stacked = kernel.dim() == 3
-        k = (kernel if stacked else kernel.unsqueeze(0)).to(compute)
-        g = (grad_y if stacked else grad_y.unsqueeze(1)).to(compute)
         op = operators.fft_conv_backward if resolved == 'native' else operators.fft_conv_torch_backward
-        grad_x, grad_k = op(g, x.to(compute), k, zero_lag, True, True)
+        grad_x, grad_k = op(g.to(compute), x.to(compute), k.to(compute), zero_lag, True, True)
         return grad_x.to(x.dtype), (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype)
-    _, vjp = torch.func.vjp(
-        lambda a, b: long_conv1d(a, b, zero_lag=zero_lag, method=chosen, engine=resolved), x, kernel
-    )
-    return vjp(grad_y.to(amp or x.dtype))
+    # the other methods work on the cropped kernel (as long_conv1d does); its gradient goes back in place
+    cropped, z = crop_kernel(k, zero_lag, L)
+    lo = zero_lag - z
+    if chosen == 'direct':
+        with autocast_off(x.device.type):
+            grad_x, grad_c = engine_torch.direct_conv1d_vjp(g.to(compute), x.to(compute), cropped.to(compute), z)
+    else:
+        dtype = amp or (torch.float64 if compute == torch.float64 else x.dtype)
+        vjp = engine_torch.toeplitz_conv_vjp if chosen == 'toeplitz' else engine_torch.rowdft_conv_vjp
+        xs = x if amp is not None else x.to(dtype)
+        grad_x, grad_c = vjp(g.to(dtype), xs, cropped.to(dtype), z)
+    grad_k = k.new_zeros(k.shape)
+    grad_k[..., lo : lo + cropped.shape[-1]] = grad_c.to(k.dtype)
+    return grad_x.to(x.dtype), grad_k if stacked else grad_k.squeeze(0)

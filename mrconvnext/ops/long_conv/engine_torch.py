@@ -10,9 +10,28 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import autocast_dtype, autocast_off
-from .grid import row_dft, row_grid, row_idft, toeplitz_blocks, toeplitz_matrix
+from .grid import (
+    row_dft,
+    row_grid,
+    row_idft,
+    toeplitz_blocks,
+    toeplitz_blocks_vjp,
+    toeplitz_matrix,
+    toeplitz_matrix_vjp,
+)
 
-__all__ = ['CHUNK_ELEMS', 'chunks', 'fft_forward', 'fft_backward', 'direct_conv1d', 'toeplitz_conv', 'rowdft_conv']
+__all__ = [
+    'CHUNK_ELEMS',
+    'chunks',
+    'fft_forward',
+    'fft_backward',
+    'direct_conv1d',
+    'direct_conv1d_vjp',
+    'toeplitz_conv',
+    'toeplitz_conv_vjp',
+    'rowdft_conv',
+    'rowdft_conv_vjp',
+]
 
 # On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
 # whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
@@ -107,6 +126,22 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     return y
 
 
+def direct_conv1d_vjp(
+    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_kernel)`` of :func:`direct_conv1d` for ``grad_y (B, N, C, L)`` and ``kernel (N, C, K)``,
+    by the convolution's own backward (``torch.nn.grad``), no autograd."""
+    B, C, L = x.shape
+    N, _, K = kernel.shape
+    w = kernel.flip(-1).transpose(0, 1).reshape(C * N, 1, K)  # output channel c * N + i, as in direct_conv1d
+    xp = F.pad(x, (K - 1 - zero_lag, zero_lag))
+    g = grad_y.transpose(1, 2).reshape(B, C * N, L)
+    grad_w = torch.nn.grad.conv1d_weight(xp, w.shape, g, groups=C)
+    grad_xp = torch.nn.grad.conv1d_input(xp.shape, w, g, groups=C)
+    grad_k = grad_w.view(C, N, K).transpose(0, 1).flip(-1)
+    return grad_xp[..., K - 1 - zero_lag : K - 1 - zero_lag + L], grad_k
+
+
 def _dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     """``(build, product)``: kernel-side matrices are built in ``x``'s dtype, or in float32 under autocast, and
     written in the dtype the products run in (autocast's, else ``x``'s), so autocast casts none of them again."""
@@ -121,6 +156,21 @@ def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     with autocast_off(x.device.type):
         T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
     return torch.matmul(T, x.permute(1, 2, 0)).permute(3, 0, 1, 2)  # (N, C, L, B) -> (B, N, C, L)
+
+
+def toeplitz_conv_vjp(
+    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_kernel)`` of :func:`toeplitz_conv` for ``grad_y (B, N, C, L)``: ``T^T`` times the gradient,
+    and the gradient's outer products with ``x`` summed into the taps."""
+    _, product = _dtypes(x)
+    with autocast_off(x.device.type):
+        T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
+    g = grad_y.to(product).permute(1, 2, 3, 0)  # (N, C, L, B)
+    grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1)  # (B, C, L)
+    grad_T = torch.matmul(g, x.to(product).permute(1, 0, 2))  # (N, C, L, L): sum over b of g x^T
+    grad_k = toeplitz_matrix_vjp(grad_T.to(_dtypes(x)[0]), kernel.shape[-1], zero_lag)
+    return grad_x.to(x.dtype), grad_k.to(kernel.dtype)
 
 
 def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -147,3 +197,35 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
     out = out.view(N, Q, C, P, 2, B).permute(5, 0, 3, 4, 1, 2).reshape(B * N * P, 2 * Q, C)
     y = torch.bmm(row_idft(Q, product, x.device).expand(B * N * P, Q, 2 * Q), out)  # (B * N * P, Q, C)
     return y.view(B, N, P, Q, C).permute(0, 1, 4, 2, 3).flatten(3)[..., :L]
+
+
+def rowdft_conv_vjp(
+    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(grad_x, grad_kernel)`` of :func:`rowdft_conv` for ``grad_y (B, N, C, L)``: its three products taken back
+    in turn (the row spectra of ``x`` recomputed), then the blocks' gradient into the taps
+    (:func:`.grid.toeplitz_blocks_vjp`)."""
+    B, C, L = x.shape
+    N, _, K = kernel.shape
+    P, Q = row_grid(L)
+    build, product = _dtypes(x)
+    with autocast_off(x.device.type):
+        blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
+    xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
+    rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)
+    dft = row_dft(Q, product, x.device)  # (2Q, Q)
+    spec = torch.bmm(dft.expand(B * P, 2 * Q, Q), rows.to(product))
+    spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0).contiguous()  # (Q * C, 2P, B)
+    gp = F.pad(grad_y, (0, P * Q - L)) if P * Q > L else grad_y
+    g_rows = gp.to(product).unflatten(-1, (P, Q)).permute(0, 1, 3, 4, 2).reshape(B * N * P, Q, C)
+    inv_t = row_idft(Q, product, x.device).T  # (2Q, Q)
+    g_out = torch.bmm(inv_t.expand(B * N * P, 2 * Q, Q), g_rows)  # (B * N * P, 2Q, C)
+    g_out = g_out.view(B, N, P, 2, Q, C).permute(1, 4, 5, 2, 3, 0).reshape(N, Q * C, 2 * P, B)
+    g_blocks = torch.matmul(g_out, spec.transpose(1, 2))  # (N, Q * C, 2P, 2P), summed over the batch
+    g_spec = torch.matmul(blocks.transpose(-1, -2), g_out).sum(0)  # (Q * C, 2P, B)
+    g_spec = g_spec.permute(2, 1, 0).reshape(B * P, 2 * Q, C)
+    g_rows_x = torch.bmm(dft.T.expand(B * P, Q, 2 * Q), g_spec)  # (B * P, Q, C)
+    grad_x = g_rows_x.view(B, P, Q, C).permute(0, 3, 1, 2).flatten(2)[..., :L]
+    with autocast_off(x.device.type):
+        grad_k = toeplitz_blocks_vjp(g_blocks.to(build), (N, C, K), zero_lag, P, Q)
+    return grad_x.to(x.dtype), grad_k.to(kernel.dtype)

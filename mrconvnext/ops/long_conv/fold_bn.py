@@ -126,6 +126,8 @@ def folded_bn_conv_forward(
         shift = center.view(-1, 1) * (a.unsqueeze(-1) * u).sum(0) + c.unsqueeze(-1)  # (C, L)
         xc = x - center.to(x.dtype).view(1, -1, 1)
         y = long_conv1d(xc, merged, zero_lag=zero_lag, method=method, engine=engine) + shift.to(x.dtype)
+        if y.stride() != x.stride():  # laid out like x, whatever the method's product left (a channels-last map stays)
+            y = torch.empty_like(x).copy_(y)
     return y, mean, var
 
 

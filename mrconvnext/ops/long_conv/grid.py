@@ -19,7 +19,16 @@ import math
 
 import torch
 
-__all__ = ['row_grid', 'toeplitz_matrix', 'kernel_2d', 'row_dft', 'row_idft', 'toeplitz_blocks']
+__all__ = [
+    'row_grid',
+    'toeplitz_matrix',
+    'toeplitz_matrix_vjp',
+    'kernel_2d',
+    'row_dft',
+    'row_idft',
+    'toeplitz_blocks',
+    'toeplitz_blocks_vjp',
+]
 
 
 def row_grid(length: int) -> tuple[int, int]:
@@ -84,6 +93,24 @@ def row_idft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch
     return torch.cat([theta.cos() * coef, -theta.sin() * coef], dim=1).to(dtype)
 
 
+def _block_index(rows: int, device: torch.device | str) -> torch.Tensor:
+    """``(2 rows, 2 rows)``: for row ``2 h + s`` and column ``2 g + r`` the position ``(s, r, a = h - g + rows - 1)``
+    in the flattened ``(2, 2, 2 rows - 1)`` parts of a block."""
+    h = torch.arange(rows, device=device)
+    s = torch.arange(2, device=device)
+    row = (s.view(1, 2) * 2 * (2 * rows - 1) + (h.view(-1, 1) + rows - 1)).reshape(-1)
+    col = (s.view(1, 2) * (2 * rows - 1) - h.view(-1, 1)).reshape(-1)
+    return row.view(-1, 1) + col.view(1, -1)
+
+
+def _column_dft(cols: int, device: torch.device | str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos, -sin)`` of the column offsets ``d = -(cols - 1) .. cols - 1`` against the ``nf = cols`` frequencies:
+    ``(2 cols - 1, nf)`` each."""
+    d = torch.arange(-(cols - 1), cols, device=device)
+    theta = _angles(2 * cols - 1, d, torch.arange(cols, device=device))
+    return theta.cos().to(dtype), (-theta.sin()).to(dtype)
+
+
 def toeplitz_blocks(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
     """The middle step of identity 2 as real matrices: ``(N, C, K)`` kernels -> ``(N, nf * C, 2 rows, 2 rows)`` in
     ``dtype``, batch index ``f * C + c`` (``nf = cols``), row ``2 h + s`` and column ``2 g + r`` (``s``, ``r``: real
@@ -91,18 +118,43 @@ def toeplitz_blocks(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, d
     ``Khat[a, f] = sum_d K2[a, d] e^{-2 pi i f d / N}``. Spectra in the kernel's dtype, the matrices written once by
     one gather in ``dtype``: row spectra ``(2, 2 rows - 1)`` per ``(n, f, c)`` are all it reads."""
     N, C, _ = kernel.shape
-    n = 2 * cols - 1
     k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (N, C, 2 rows - 1, 2 cols - 1)
-    d = torch.arange(-(cols - 1), cols, device=kernel.device)
-    theta = _angles(n, d, torch.arange(cols, device=kernel.device))  # (2 cols - 1, nf)
-    re = k2 @ theta.cos().to(kernel.dtype)  # (N, C, 2 rows - 1, nf)
-    im = k2 @ -theta.sin().to(kernel.dtype)
+    cos, msin = _column_dft(cols, kernel.device, kernel.dtype)
+    re, im = k2 @ cos, k2 @ msin  # (N, C, 2 rows - 1, nf)
     # parts[..., s, r, a]: the (s, r) entry of the 2 x 2 block at row offset a: [[Re, -Im], [Im, Re]]
     parts = torch.stack([re, -im, im, re], dim=-1).to(dtype)  # (N, C, 2 rows - 1, nf, 4)
     parts = parts.permute(0, 3, 1, 4, 2).reshape(N, cols * C, 4 * (2 * rows - 1))  # (N, nf * C, (s, r, a))
-    h = torch.arange(rows, device=kernel.device)
-    s = torch.arange(2, device=kernel.device)
-    # index of (s, r, a = h - g + rows - 1) for row 2 h + s and column 2 g + r
-    row = (s.view(1, 2) * 2 * (2 * rows - 1) + (h.view(-1, 1) + rows - 1)).reshape(-1)  # (2 rows,)
-    col = (s.view(1, 2) * (2 * rows - 1) - h.view(-1, 1)).reshape(-1)  # (2 rows,)
-    return parts[..., row.view(-1, 1) + col.view(1, -1)]
+    return parts[..., _block_index(rows, kernel.device)]
+
+
+def toeplitz_blocks_vjp(
+    grad: torch.Tensor, kernel_shape: tuple[int, int, int], zero_lag: int, rows: int, cols: int
+) -> torch.Tensor:
+    """The gradient of the kernels ``(N, C, K)`` from that of :func:`toeplitz_blocks`' output, in ``grad``'s dtype:
+    the gather, the stacking and the column DFT taken back in turn."""
+    N, C, K = kernel_shape
+    A = 2 * rows - 1
+    parts = grad.new_zeros(N, cols * C, 4 * A)
+    parts.index_add_(-1, _block_index(rows, grad.device).reshape(-1), grad.flatten(-2))
+    parts = parts.view(N, cols, C, 4, A).permute(0, 2, 4, 1, 3)  # (N, C, A, nf, 4)
+    d_re = parts[..., 0] + parts[..., 3]
+    d_im = parts[..., 2] - parts[..., 1]
+    cos, msin = _column_dft(cols, grad.device, grad.dtype)
+    d_k2 = d_re @ cos.T + d_im @ msin.T  # (N, C, A, 2 cols - 1)
+    a = torch.arange(-(rows - 1), rows, device=grad.device).view(-1, 1)
+    d = torch.arange(-(cols - 1), cols, device=grad.device).view(1, -1)
+    return _scatter_taps(d_k2, zero_lag + a * cols + d, K)
+
+
+def toeplitz_matrix_vjp(grad: torch.Tensor, taps: int, zero_lag: int) -> torch.Tensor:
+    """The gradient of the kernels ``(..., K)`` from that of :func:`toeplitz_matrix`' ``(..., L, L)`` output."""
+    t = torch.arange(grad.shape[-1], device=grad.device)
+    return _scatter_taps(grad, zero_lag + t.view(-1, 1) - t.view(1, -1), taps)
+
+
+def _scatter_taps(grad: torch.Tensor, j: torch.Tensor, taps: int) -> torch.Tensor:
+    """Adjoint of :func:`_padded_taps`: ``grad (..., *j.shape)`` summed into the taps ``j`` (those outside
+    ``[0, taps)`` dropped) -> ``(..., taps)``."""
+    j = torch.where((j >= 0) & (j < taps), j, taps).reshape(-1)
+    out = grad.new_zeros(*grad.shape[: grad.dim() - 2], taps + 1)
+    return out.index_add_(-1, j, grad.flatten(-2))[..., :taps]

@@ -80,26 +80,28 @@ def test_float32_statistics_at_a_large_input_mean():
     assert ((y.double() - y_ref).abs().max() / y_ref.abs().max()) < 1e-4
 
 
-@pytest.mark.parametrize('engine', ['auto', 'torch'])
-def test_opcheck(engine):
-    """Schema, fake implementation, autograd registration of both operators, on the FFT method (native or torch.fft
-    operators inside). The other methods differentiate by torch.func.vjp inside the backward operator, whose wrapped
-    tensors opcheck's schema check cannot read (a limit of that check, not of compile or export, which never enter
-    an operator)."""
+@pytest.mark.parametrize('method, engine', [('fft', 'auto'), ('fft', 'torch'), ('direct', 'auto'),
+                                            ('toeplitz', 'auto'), ('rowdft', 'auto')])  # fmt: skip
+def test_opcheck(method, engine):
+    """Schema, fake implementation and autograd registration of both operators, on every method inside."""
     x = torch.randn(2, 3, 8, dtype=DT, requires_grad=True)
     k = torch.randn(2, 3, 15, dtype=DT, requires_grad=True)
     w, b, a = (torch.randn(2, 3, dtype=DT, requires_grad=True) for _ in range(3))
-    args = (x, k, 7, w, b, a, 1e-5, 'fft', engine)
+    args = (x, k, 7, w, b, a, 1e-5, method, engine)
     torch.library.opcheck(fold_bn.folded_bn_conv_op, args)
     mean, var = torch.rand(2, 3, dtype=DT), torch.rand(2, 3, dtype=DT) + 0.5
     bwd = (torch.randn(2, 3, 8, dtype=DT), x.detach(), k.detach(), 7, w.detach(), b.detach(), a.detach(), mean, var,
-           1e-5, 'fft', engine)  # fmt: skip
+           1e-5, method, engine)  # fmt: skip
     torch.library.opcheck(fold_bn.folded_bn_conv_backward_op, bwd)
 
 
-def test_a_compiled_training_step_equals_eager():
-    """MRConv2d training (branched, BatchNorm) on the torch engine, which takes the fold on the CPU: one SGD step
-    compiled with fullgraph=True equals eager (outputs, parameters after the step, running statistics)."""
+def test_a_compiled_training_step_equals_eager(monkeypatch):
+    """MRConv2d training (branched, BatchNorm) through the fold (which the layers take on CUDA; made to apply on the
+    CPU here): one SGD step compiled with fullgraph=True equals eager (outputs, parameters after the step, running
+    statistics); the eager step runs the operator and its backward."""
+    from mrconvnext.layers import branch_norm
+
+    monkeypatch.setattr(branch_norm, 'fold_applies', lambda bn, x: bn.training and type(bn) is torch.nn.BatchNorm1d)
     torch.manual_seed(0)
     layers = [MRConv2d(8, (6, 5), engine='torch').double() for _ in range(2)]
     layers[1].load_state_dict(layers[0].state_dict())
@@ -113,7 +115,10 @@ def test_a_compiled_training_step_equals_eager():
         return y.detach()
 
     torch._dynamo.reset()
-    y_eager = step(layers[0], layers[0])
+    ops = _Ops()
+    with ops:
+        y_eager = step(layers[0], layers[0])
+    assert {'mrconvnext.folded_bn_conv.default', 'mrconvnext.folded_bn_conv_backward.default'} <= ops.ops
     y_comp = step(layers[1], torch.compile(layers[1], fullgraph=True))
     torch.testing.assert_close(y_comp, y_eager, rtol=1e-10, atol=1e-10)
     for (name, p0), p1 in zip(layers[0].state_dict().items(), layers[1].state_dict().values(), strict=True):
@@ -130,11 +135,10 @@ class _Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_on_cuda_nothing_of_size_B_N_C_L_is_saved_and_the_forward_runs_no_fft():
+def test_on_cuda_nothing_of_size_B_N_C_L_is_saved_and_no_fft_runs():
     """Fake CUDA tensors, a stage-1 mixer's shapes (B = 32, C = 96, 56 x 56, N = 5), bf16: autograd saves only x,
-    the kernels, the affine parameters and the statistics, and the forward implementation runs no aten._fft_*
-    (the matmul methods). The backward implementation differentiates through the autograd engine, which needs a
-    real device: its operators are checked on the CPU below."""
+    the kernels, the affine parameters and the statistics, and the forward and backward implementations run no
+    aten._fft_* (the matmul methods)."""
     B, C, L, N = 32, 96, 3136, 5
     saved = []
     with FakeTensorMode():
@@ -146,9 +150,13 @@ def test_on_cuda_nothing_of_size_B_N_C_L_is_saved_and_the_forward_runs_no_fft():
             y, mean, var = folded_bn_conv(x, k, L - 1, w, b, a)
         assert max(s.numel() for s in saved) < B * N * C * L / 4, saved
         ops = _Ops()
-        with ops:  # the operator's implementation (FakeTensorMode runs only its fake one)
-            y, mean, var = fold_bn.folded_bn_conv_forward(x.detach(), k.detach(), L - 1, w, b, a, 1e-5, 'auto', 'auto')
+        with ops:  # the operators' implementations (FakeTensorMode runs only their fake ones)
+            x, k, w, b, a = (t.detach() for t in (x, k, w, b, a))
+            y, mean, var = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'auto', 'auto')
+            grads = fold_bn.folded_bn_conv_backward(torch.randn_like(y), x, k, L - 1, w, b, a, mean, var, 1e-5,
+                                                    'auto', 'auto')  # fmt: skip
     assert y.dtype == torch.bfloat16 and y.shape == (B, C, L)
+    assert [g.shape for g in grads] == [x.shape, k.shape, w.shape, b.shape, a.shape]
     assert not [op for op in ops.ops if 'fft' in op], sorted(ops.ops)
     assert 'aten.bmm.default' in ops.ops
 

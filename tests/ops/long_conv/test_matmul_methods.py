@@ -215,3 +215,22 @@ def test_a_features_only_model_at_another_size_agrees_with_the_fft(method):
         out = model(x)
     for a, b in zip(out, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize('method', ['fft', 'direct', *METHODS])
+@pytest.mark.parametrize('stacked', [False, True])
+@pytest.mark.parametrize('L, K, zero_lag', [(20, 39, 19), (13, 60, 40), (16, 5, 0), (7, 7, 3)])
+def test_the_vjp_without_autograd_equals_autograd(method, stacked, L, K, zero_lag):
+    """long_conv1d_vjp (each method's own backward, usable inside operators and under dispatch modes) equals autograd
+    through long_conv1d on the same method, float64, kernels longer than the sequence (cropped) included."""
+    from mrconvnext.ops.long_conv import long_conv1d_vjp
+
+    x = torch.randn(3, 4, L, dtype=DT).requires_grad_()
+    k = torch.randn(*((2,) if stacked else ()), 4, K, dtype=DT).requires_grad_()
+    y = long_conv1d(x, k, zero_lag=zero_lag, method=method)
+    g = torch.randn_like(y)
+    want = torch.autograd.grad(y, (x, k), g)
+    with _Record():  # under a dispatch mode, as FlopCounterMode would be
+        got = long_conv1d_vjp(g, x.detach(), k.detach(), zero_lag, method=method)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
