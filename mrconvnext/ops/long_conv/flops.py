@@ -12,6 +12,9 @@ its concrete sizes (the FFT size the operator picks, after cropping taps that re
 * ``branch_conv_bn_sum``: the FFT work above plus 4 flops per branch output for the BatchNorm moments and 3 to
   scale, shift and sum the branches (backward: 2 per branch output for the gradient moments and 5 for the folded
   BatchNorm gradient).
+* ``folded_bn_conv``: the branch convolutions once (statistics) and the merged one, by the method they resolve to
+  (:func:`conv_flops`), plus 4 flops per branch output (centring, square, sum); backward: the branch convolutions
+  twice and their gradients (:func:`conv_vjp_flops`), plus 8 per branch output.
 
 Flops, not MACs: a multiply-add is 2, as for ``aten.mm`` / ``aten.convolution``.
 """
@@ -23,10 +26,22 @@ import math
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from . import conv_bn_sum, operators  # noqa: F401 - defines the operators counted here
+from .. import engines
+from . import conv_bn_sum, fold_bn, operators  # noqa: F401 - defines the operators counted here
+from .grid import row_grid
 from .layout import fft_length
 
-__all__ = ['rfft_flops', 'fft_conv_flops', 'fft_conv_backward_flops', 'conv_bn_sum_flops', 'conv_bn_sum_backward_flops']
+__all__ = [
+    'rfft_flops',
+    'conv_flops',
+    'conv_vjp_flops',
+    'fft_conv_flops',
+    'fft_conv_backward_flops',
+    'conv_bn_sum_flops',
+    'conv_bn_sum_backward_flops',
+    'folded_bn_conv_flops',
+    'folded_bn_conv_backward_flops',
+]
 
 
 def rfft_flops(n: int) -> float:
@@ -94,3 +109,52 @@ def conv_bn_sum_backward_flops(
     """``branch_conv_bn_sum_backward(g, x (B, C, L), k_f, z (B, N, C, L), ..., n, eps, need_x, need_k)``."""
     B, N, C, L = z_shape
     return round(_bwd(B, N, C, n, need_x, need_k) + B * C * L + 7 * B * N * C * L)
+
+
+def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engine: str) -> str:
+    zero = min(zero_lag, L - 1)
+    reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
+    return engines.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine)[0]
+
+
+def conv_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int) -> float:
+    """Flops of ``long_conv1d`` of ``(B, C, L)`` with ``N`` kernels of ``taps`` on ``method``: the FFT's transforms and
+    products, the direct method's multiply-adds, the Toeplitz GEMM (``L x L`` per channel) or the row DFT's three
+    GEMMs (:mod:`.grid`)."""
+    if method == 'fft':
+        return _fwd(B, N, C, L, _cropped_size(L, taps, zero_lag))
+    if method == 'direct':
+        lo, hi = max(0, zero_lag - (L - 1)), min(taps, zero_lag + L)
+        return 2.0 * B * N * C * L * (hi - lo)
+    if method == 'toeplitz':
+        return 2.0 * N * C * L * L * B
+    P, Q = row_grid(L)
+    return 2.0 * (B * P * 2 * Q * Q * C + N * Q * C * (2 * P) ** 2 * B + B * N * P * Q * 2 * Q * C)
+
+
+def conv_vjp_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int) -> float:
+    """Flops of ``long_conv1d_vjp`` (input and kernel gradients): the FFT operators' backward, else two products the
+    size of the forward's."""
+    if method == 'fft':
+        return _bwd(B, N, C, _cropped_size(L, taps, zero_lag), True, True)
+    return 2 * conv_flops(method, B, N, C, L, taps, zero_lag)
+
+
+@register_flop_formula(torch.ops.mrconvnext.folded_bn_conv, get_raw=True)
+def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, *args, **kwargs) -> int:
+    """``folded_bn_conv(x (B, C, L), kernels (N, C, K), ...)``."""
+    B, C, L = x.shape
+    N, _, K = kernels.shape
+    m = _method(x, L, K, zero_lag, method, engine)
+    return round(conv_flops(m, B, N, C, L, K, zero_lag) + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
+
+
+@register_flop_formula(torch.ops.mrconvnext.folded_bn_conv_backward, get_raw=True)
+def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> int:
+    """``folded_bn_conv_backward(g, x (B, C, L), kernels (N, C, K), zero_lag, ..., method, engine)``."""
+    method, engine = rest[-2], rest[-1]
+    B, C, L = x.shape
+    N, _, K = kernels.shape
+    m = _method(x, L, K, zero_lag, method, engine)
+    conv = conv_flops(m, B, N, C, L, K, zero_lag)
+    return round(2 * conv + conv_vjp_flops(m, B, N, C, L, K, zero_lag) + 8 * B * N * C * L)

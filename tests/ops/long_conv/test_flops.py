@@ -62,3 +62,21 @@ def test_branch_conv_bn_sum_counts_fft_work_norms_and_sum():
     # inverses; gradient sums 60 + 2 * 120 and the folded BatchNorm gradient 5 * 120
     expected = (12 + 6 + 6 + 6 + 6) * rfft(12) + 2 * 8 * 7 * 12 + 60 + 7 * 120
     assert bwd['mrconvnext.branch_conv_bn_sum_backward'] == round(expected)
+
+
+def test_folded_bn_conv_counts_its_convolutions_by_method():
+    # x (B=2, C=3, L=10), N=2 kernels of 19 taps centred at lag 9, the Toeplitz method: each convolution is a
+    # 10 x 10 product per channel and batch item, 2 * N * C * L * L * B flops. Forward: the N branches once for the
+    # statistics, the merged kernel once, 4 flops per branch output; backward: the branches twice, their two
+    # gradient products, 8 per branch output.
+    from mrconvnext.ops.long_conv import folded_bn_conv
+
+    x = torch.randn(2, 3, 10, requires_grad=True)
+    k = torch.randn(2, 3, 19, requires_grad=True)
+    w, b, a = (torch.randn(2, 3, requires_grad=True) for _ in range(3))
+    per_branch = 2 * 3 * 10 * 10 * 2
+    y = folded_bn_conv(x, k, 9, w, b, a, method='toeplitz')[0]
+    fwd = counted(lambda: folded_bn_conv(x, k, 9, w, b, a, method='toeplitz'))
+    assert fwd == {'mrconvnext.folded_bn_conv': 2 * per_branch + per_branch + 4 * 2 * 2 * 3 * 10}
+    bwd = counted(lambda: y.backward(torch.ones_like(y)))
+    assert bwd == {'mrconvnext.folded_bn_conv_backward': 2 * 2 * per_branch + 2 * 2 * per_branch + 8 * 2 * 2 * 3 * 10}
