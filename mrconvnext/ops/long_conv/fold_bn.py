@@ -11,12 +11,13 @@ statistics over the ``M = B L`` values of a channel (``mean_i``, biased ``var_i`
   ones-response ``r_i[s] = sum_{0 <= t < L} k_i[zero_lag + t - s]`` (a window sum of the taps).
 * ``var_i`` is the centred sum ``sum (z_i - mean_i)^2 / M`` over batch chunks of the branch outputs (bounded
   memory, the mean known first: no ``E[z^2] - E[z]^2`` cancellation), accumulated in float64.
-* The output is one convolution with the merged kernel plus a constant per channel.
+* The output is one convolution with the merged kernel of the centred input, plus ``center * T_merged 1 + c`` (the
+  constant and the centre's response, in float64).
 * Backward (``g = dL/dy``, ``G0 = sum g``, ``P_i = sum g (z_i - mean_i) s_i``):
   ``dbias_i = alpha_i G0``, ``dweight_i = alpha_i P_i``, ``dalpha_i = weight_i P_i + bias_i G0``, and
   ``dz_i = a_i (g - G0 / M) - (a_i P_i s_i / M)(z_i - mean_i)`` pushed through each branch's convolution for ``dx``
-  and ``dk_i``, batch chunk by batch chunk with the ``z_i`` recomputed. ``P_i`` comes first, from one correlation of
-  ``g`` with ``x`` shared by all branches: ``sum g z_i = sum_j k_i[j] Cgx[j]``.
+  and ``dk_i`` by :func:`~mrconvnext.ops.long_conv.long_conv1d_vjp`, batch chunk by batch chunk with the ``z_i``
+  recomputed; ``P_i`` comes first, from a pass that recomputes them once more.
 
 Saved for the backward: ``x``, the kernels, the affine parameters and the statistics.
 """
@@ -28,10 +29,10 @@ import torch
 from ..checks import autocast_dtype, autocast_off
 from .api import long_conv1d, long_conv1d_vjp
 from .checks import check_long_conv
+from .conv_bn_sum import ones_response
 
 __all__ = [
     'CHUNK_ELEMS',
-    'ones_responses',
     'folded_bn_conv',
     'folded_bn_conv_forward',
     'folded_bn_conv_backward',
@@ -41,23 +42,6 @@ __all__ = [
 
 # Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes.
 CHUNK_ELEMS = 1 << 24
-
-
-def ones_responses(kernels: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(u, r)`` for ``kernels (..., K)`` on ``length`` positions, in float64: ``u = T 1`` (the output for a constant
-    input, ``u[t] = sum_{0 <= s < L} k[zero_lag + t - s]``) and ``r = T^T 1`` (``r[s] = sum_{0 <= t < L}
-    k[zero_lag + t - s]``), both window sums of the taps read from one prefix sum."""
-    k = kernels.double()
-    K = k.shape[-1]
-    prefix = torch.cat([k.new_zeros(*k.shape[:-1], 1), k.cumsum(-1)], dim=-1)  # prefix[j] = sum of taps < j
-    pos = torch.arange(length, device=k.device)
-
-    def window(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:  # sum of taps lo..hi (inclusive), clipped
-        return prefix[..., (hi + 1).clamp(0, K)] - prefix[..., lo.clamp(0, K)]
-
-    u = window(zero_lag + pos - (length - 1), zero_lag + pos)
-    r = window(zero_lag - pos, zero_lag - pos + length - 1)
-    return u, r
 
 
 def _chunks(B: int, per_item: int):
@@ -75,7 +59,9 @@ def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int):
     M = B * L
     S = x.double().sum(0)  # (C, L)
     center = S.sum(-1) / M
-    u, r = ones_responses(kernels, zero_lag, L)  # (N, C, L) each
+    K = kernels.shape[-1]
+    u = ones_response(kernels, zero_lag, L)  # T 1 (N, C, L), float64
+    r = ones_response(kernels.flip(-1), K - 1 - zero_lag, L)  # T^T 1: the taps reversed
     mean = (S.unsqueeze(0) * r).sum(-1) / M
     offset = center.view(1, C, 1) * u - mean.unsqueeze(-1)
     return center, mean, u, offset

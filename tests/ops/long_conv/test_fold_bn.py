@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mrconvnext.layers import MRConv2d
 from mrconvnext.ops.long_conv import fold_bn
-from mrconvnext.ops.long_conv.fold_bn import folded_bn_conv, ones_responses
+from mrconvnext.ops.long_conv.fold_bn import folded_bn_conv
 from tests.reference import shifted_sum_conv
 
 DT = torch.float64
@@ -53,17 +53,6 @@ def test_outputs_statistics_and_gradients_match_the_naive_form(B, C, L, N, K, ze
     for got, want in zip(torch.autograd.grad(y, (x, k, w, b, a), g), torch.autograd.grad(y_ref, (x, k, w, b, a), g),
                          strict=True):  # fmt: skip
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-9 * (1 + shift) * want.abs().max().item())
-
-
-def test_ones_responses_are_the_convolutions_of_ones():
-    k = torch.randn(2, 3, 9, dtype=DT)
-    for L, zero_lag in ((5, 4), (12, 0), (3, 8)):
-        u, r = ones_responses(k, zero_lag, L)
-        ones = torch.ones(1, 3, L, dtype=DT)
-        for i in range(2):
-            torch.testing.assert_close(u[i], shifted_sum_conv(ones, k[i], zero_lag)[0])
-            # r = T^T 1: the adjoint convolution (taps reversed) of ones
-            torch.testing.assert_close(r[i], shifted_sum_conv(ones, k[i].flip(-1), k.shape[-1] - 1 - zero_lag)[0])
 
 
 def test_float32_statistics_at_a_large_input_mean():
