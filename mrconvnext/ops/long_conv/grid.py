@@ -35,7 +35,9 @@ def row_grid(length: int) -> tuple[int, int]:
     """``(P, Q)``: ``P`` rows of ``Q`` positions holding ``length``, with ``P`` and ``Q`` near ``sqrt(length)`` (the
     row-DFT method's work per element is about ``4 (P + Q)`` multiply-adds). ``Q`` is a divisor of ``length`` when
     one lies within a factor 2 of the square root (a flattened ``H x W`` map with ``H ~ W`` folds back into its own
-    rows, no padding), else ``ceil(sqrt(length))`` with the last row zero-padded."""
+    rows, no padding), else ``ceil(sqrt(length))`` with the last row zero-padded. Plain integers: the matmul methods
+    specialize on the length (a graph compiled with dynamic shapes breaks here and runs them with the concrete one).
+    """
     root = math.isqrt(length)
     q = root + (root * root < length)
     for d in range(q, 0, -1):
