@@ -52,6 +52,21 @@ from .layout import crop_kernel
 __all__ = ['long_conv1d', 'long_conv1d_vjp']
 
 
+def _choose(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str, engine: str
+) -> tuple[str, str, torch.dtype | None, torch.dtype]:
+    """``(method, engine, autocast dtype or None, compute dtype of the FFT and direct paths)`` for a convolution of
+    ``x`` with ``kernel``: the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps them, without a
+    guard on the sizes under torch.compile) go to :func:`mrconvnext.ops.engines.long_conv_choice`."""
+    L = x.shape[-1]
+    zero = torch.sym_min(zero_lag, L - 1)
+    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
+    amp = autocast_dtype(x.device.type)
+    chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
+    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+    return chosen, resolved, amp, compute
+
+
 def long_conv1d(
     x: torch.Tensor,
     kernel: torch.Tensor,
@@ -89,12 +104,7 @@ def long_conv1d(
         )
     check_long_conv(x, kernel, zero_lag, bias)
     L = x.shape[-1]
-    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
-    # the kernel after crop_kernel, without guarding on the sizes under torch.compile
-    zero = torch.sym_min(zero_lag, L - 1)
-    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
-    amp = autocast_dtype(x.device.type)
-    chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
+    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
     out_dtype = x.dtype
     if chosen in engines.MATMUL_METHODS:
         # plain products: autocast (if on) runs them in its dtype and the result stays in it
@@ -146,11 +156,7 @@ def long_conv1d_vjp(
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
     backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel``."""
     L = x.shape[-1]
-    zero = torch.sym_min(zero_lag, L - 1)
-    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
-    amp = autocast_dtype(x.device.type)
-    chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
-    compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
+    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
     stacked = kernel.dim() == 3
     k = kernel if stacked else kernel.unsqueeze(0)
     g = grad_y if stacked else grad_y.unsqueeze(1)

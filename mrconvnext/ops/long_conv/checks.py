@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ['check_long_conv']
+__all__ = ['check_long_conv', 'check_branch_norm']
 
 
 def check_long_conv(
@@ -34,3 +34,30 @@ def check_long_conv(
         )
     if bias is not None and bias.shape != (C,):
         raise ValueError(f'{name} expects a bias of shape ({C},), got {tuple(bias.shape)}')
+
+
+def check_branch_norm(
+    name: str,
+    x: torch.Tensor,
+    kernels: torch.Tensor,
+    zero_lag: int,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    alpha: torch.Tensor,
+) -> None:
+    """The checks of :func:`check_long_conv` for ``kernels (N, C, K)``, plus ``weight`` / ``bias`` / ``alpha (N, C)``
+    and more than one value per channel (batch statistics), as ValueError naming ``name``."""
+    check_long_conv(x, kernels, zero_lag, None, name)
+    if kernels.dim() != 3:
+        raise ValueError(
+            f'{name} expects x (B, C, L) and kernels (N, C, K), got {tuple(x.shape)} and {tuple(kernels.shape)}'
+        )
+    B, C, L = x.shape
+    N = kernels.shape[0]
+    for arg, t in (('weight', weight), ('bias', bias), ('alpha', alpha)):
+        if t.shape != (N, C):
+            raise ValueError(f'{name} expects {arg} of shape ({N}, {C}), got {tuple(t.shape)}')
+    if B * L < 2:
+        raise ValueError(
+            f'expected more than 1 value per channel for batch statistics, got input of shape {tuple(x.shape)}'
+        )

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import engines
-from .checks import check_long_conv
+from .checks import check_branch_norm
 from .engine_native import fused_rows
 from .layout import circular_kernel, crop_kernel, fft_length
 
@@ -186,21 +186,8 @@ def branch_conv_bn_sum(
     the caller's running statistics. Raises ValueError where BatchNorm would (one value per channel) and
     RuntimeError where :func:`branch_conv_bn_sum_supported` is False.
     """
-    check_long_conv(x, kernels, zero_lag, None, 'branch_conv_bn_sum')  # dtypes, shapes, zero_lag inside the kernel
-    if kernels.dim() != 3:
-        raise ValueError(
-            f'branch_conv_bn_sum expects x (B, C, L) and kernels (N, C, K), got {tuple(x.shape)} and '
-            f'{tuple(kernels.shape)}'
-        )
-    B, C, L = x.shape
-    N = kernels.shape[0]
-    for name, t in (('weight', weight), ('bias', bias), ('alpha', alpha)):
-        if t.shape != (N, C):
-            raise ValueError(f'branch_conv_bn_sum expects {name} of shape ({N}, {C}), got {tuple(t.shape)}')
-    if B * L < 2:
-        raise ValueError(
-            f'expected more than 1 value per channel for batch statistics, got input of shape {tuple(x.shape)}'
-        )
+    check_branch_norm('branch_conv_bn_sum', x, kernels, zero_lag, weight, bias, alpha)
+    L = x.shape[-1]
     if not branch_conv_bn_sum_supported(x):
         raise RuntimeError('branch_conv_bn_sum needs float32/float64 CPU tensors and the fused CPU extension')
     kernels, zero_lag = crop_kernel(kernels, zero_lag, L)

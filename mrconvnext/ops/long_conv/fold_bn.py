@@ -28,7 +28,7 @@ import torch
 
 from ..checks import autocast_dtype, autocast_off
 from .api import long_conv1d, long_conv1d_vjp
-from .checks import check_long_conv
+from .checks import check_branch_norm
 from .conv_bn_sum import ones_response
 
 __all__ = [
@@ -243,16 +243,7 @@ def folded_bn_conv(
     and biased ``var`` (N, C) in float64 (no gradient) for the caller's running statistics. Under autocast the
     convolutions run in its dtype: ``x`` and the parameters are cast to it first, so the operator computes the same
     eager and compiled."""
-    check_long_conv(x, kernels, zero_lag, None, 'folded_bn_conv')
-    if kernels.dim() != 3:
-        raise ValueError(f'folded_bn_conv expects kernels (N, C, K), got {tuple(kernels.shape)} for x {tuple(x.shape)}')
-    B, C, L = x.shape
-    N = kernels.shape[0]
-    for name, t in (('weight', weight), ('bias', bias), ('alpha', alpha)):
-        if tuple(t.shape) != (N, C):
-            raise ValueError(f'folded_bn_conv expects {name} of shape ({N}, {C}), got {tuple(t.shape)}')
-    if B * L < 2:
-        raise ValueError(f'folded_bn_conv: expected more than 1 value per channel when training, got {B * L}')
+    check_branch_norm('folded_bn_conv', x, kernels, zero_lag, weight, bias, alpha)
     amp = autocast_dtype(x.device.type)
     dtype = amp or x.dtype
     return folded_bn_conv_op(
