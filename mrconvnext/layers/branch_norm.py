@@ -3,9 +3,9 @@
 The branches' BatchNorms are one ``BatchNorm1d(N * C)`` (channel ``i * C + c`` is branch ``i``'s channel ``c``) and
 ``alpha (N, C)`` weighs them. Three training forms compute the same statistics, running-statistics updates and
 gradients: the fused CPU operator :func:`~mrconvnext.ops.branch_conv_bn_sum` (convolution, BatchNorms and sum in one,
-where it runs), the folded operator :func:`~mrconvnext.ops.long_conv.folded_bn_conv` (one merged convolution, every
-other device and engine) and ``F.batch_norm`` with alpha folded into its affine transform (after a convolution per
-branch, for the cases the operators do not take: another norm module, statistics over part of the map). Any other norm module (e.g. a
+where it runs), the folded operator :func:`~mrconvnext.ops.long_conv.folded_bn_conv` (one merged convolution, off
+the CPU) and ``F.batch_norm`` with alpha folded into its affine transform (after a convolution per branch: the CPU's
+torch engine, statistics over part of the map). Any other norm module (e.g. a
 synchronized BatchNorm after conversion) is called as it is, then weighted by alpha.
 """
 

@@ -241,12 +241,9 @@ def folded_bn_conv(
     """``sum_i alpha_i BN_i(conv(x, k_i))`` with batch statistics (see the module docstring): ``x (B, C, L)``,
     ``kernels (N, C, K)``, ``weight`` / ``bias`` / ``alpha (N, C)``. Returns ``y`` (B, C, L) and the batch ``mean``
     and biased ``var`` (N, C) in float64 (no gradient) for the caller's running statistics. Under autocast the
-    convolutions run in its dtype: ``x`` and the parameters are cast to it first, so the operator computes the same
-    eager and compiled."""
+    convolutions run in its dtype: ``x`` and the kernels are cast to it first (the BatchNorm parameters stay as they
+    are, folded in float64), so the operator computes the same eager and compiled."""
     check_branch_norm('folded_bn_conv', x, kernels, zero_lag, weight, bias, alpha)
     amp = autocast_dtype(x.device.type)
     dtype = amp or x.dtype
-    return folded_bn_conv_op(
-        x.to(dtype), kernels.to(dtype), zero_lag, weight.to(dtype), bias.to(dtype), alpha.to(dtype), eps, method,
-        engine,
-    )  # fmt: skip
+    return folded_bn_conv_op(x.to(dtype), kernels.to(dtype), zero_lag, weight, bias, alpha, eps, method, engine)
