@@ -151,8 +151,8 @@ def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method,
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv_backward, get_raw=True)
 def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> int:
-    """``folded_bn_conv_backward(g, x (B, C, L), kernels (N, C, K), zero_lag, ..., method, engine)``."""
-    method, engine = rest[-2], rest[-1]
+    """``folded_bn_conv_backward(g, x (B, C, L), kernels (N, C, K), zero_lag, ..., method, engine, sync)``."""
+    method, engine = rest[-3], rest[-2]
     B, C, L = x.shape
     N, _, K = kernels.shape
     m = _method(x, L, K, zero_lag, method, engine)

@@ -25,6 +25,7 @@ Saved for the backward: ``x``, the kernels, the affine parameters and the statis
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from ..checks import autocast_dtype, autocast_off
 from .api import long_conv1d, long_conv1d_vjp
@@ -50,21 +51,32 @@ def _chunks(B: int, per_item: int):
         yield slice(b0, min(B, b0 + step))
 
 
-def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int):
-    """``(center, mean, u, offset)`` in float64: the per-channel input mean ``center (C,)``, the branch means
-    ``mean (N, C)`` (exact, from the ones-responses), ``u = T 1 (N, C, L)`` and ``offset (N, C, L)`` with
-    ``z_i - mean_i = conv(x - center, k_i) + offset_i``: the branch outputs are formed from a centred input, so a
-    large input mean cancels in float64, not in the convolution's dtype."""
+def _summed(t: torch.Tensor, sync: bool) -> torch.Tensor:
+    """``t``, or with ``sync`` its sum over the processes of the default group (synchronized BatchNorm)."""
+    if sync and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = t.clone()
+        dist.all_reduce(t)
+    return t
+
+
+def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int, sync: bool):
+    """``(M, center, mean, u, offset)`` in float64: the values per channel ``M`` (over all processes with ``sync``),
+    the per-channel input mean ``center (C,)``, the branch means ``mean (N, C)`` (exact, from the ones-responses),
+    ``u = T 1 (N, C, L)`` and ``offset (N, C, L)`` with ``z_i - mean_i = conv(x - center, k_i) + offset_i``: the
+    branch outputs are formed from a centred input, so a large input mean cancels in float64, not in the
+    convolution's dtype."""
     B, C, L = x.shape
-    M = B * L
-    S = x.double().sum(0)  # (C, L)
+    S = torch.cat([x.double().sum(0), x.new_full((C, 1), B, dtype=torch.float64)], dim=-1)
+    S = _summed(S, sync)  # (C, L + 1): the batch sums and the batch size
+    M = S[0, L] * L
+    S = S[:, :L]
     center = S.sum(-1) / M
     K = kernels.shape[-1]
     u = ones_response(kernels, zero_lag, L)  # T 1 (N, C, L), float64
     r = ones_response(kernels.flip(-1), K - 1 - zero_lag, L)  # T^T 1: the taps reversed
     mean = (S.unsqueeze(0) * r).sum(-1) / M
     offset = center.view(1, C, 1) * u - mean.unsqueeze(-1)
-    return center, mean, u, offset
+    return M, center, mean, u, offset
 
 
 def _centred_branches(x, kernels, zero_lag, center, offset, method, engine):
@@ -93,6 +105,7 @@ def folded_bn_conv_forward(
     eps: float,
     method: str,
     engine: str,
+    sync: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``mrconvnext::folded_bn_conv``: ``(y, mean, var)``, ``y (B, C, L)`` in ``x``'s dtype, the branch batch means
     and biased variances ``(N, C)`` in float64 (module docstring). Every operand in the dtype the convolutions
@@ -100,12 +113,12 @@ def folded_bn_conv_forward(
     B, C, L = x.shape
     N = kernels.shape[0]
     with autocast_off(x.device.type), torch.no_grad():
-        center, mean, u, offset = _centering(x, kernels, zero_lag)
+        M, center, mean, u, offset = _centering(x, kernels, zero_lag, sync)
         sq = torch.zeros(N, C, dtype=torch.float64, device=x.device)
         for bs in _chunks(B, N * C * L):
             _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
             sq += d.double().square().sum((0, 3))
-        var = sq / (B * L)
+        var = _summed(sq, sync) / M
         a, c = _fold(weight, bias, alpha, mean, var, eps)
         merged = (a.to(kernels.dtype).unsqueeze(-1) * kernels).sum(0)
         # y = conv(x - center, merged) + center T_merged 1 + c, the large terms combined in float64
@@ -129,7 +142,7 @@ folded_bn_conv_op = torch.library.custom_op('mrconvnext::folded_bn_conv', folded
 
 
 @folded_bn_conv_op.register_fake
-def _(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine):
+def _(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, sync):
     N, C = kernels.shape[:2]
     stats = x.new_empty((N, C), dtype=torch.float64)
     return torch.empty_like(x), stats, stats.clone()
@@ -148,23 +161,24 @@ def folded_bn_conv_backward(
     eps: float,
     method: str,
     engine: str,
+    sync: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_kernels, grad_weight, grad_bias, grad_alpha)`` of :func:`folded_bn_conv_forward` for the output
     gradient ``g`` (module docstring); the branch outputs are recomputed chunk by chunk, twice."""
     B, C, L = x.shape
     N = kernels.shape[0]
-    M = B * L
     with autocast_off(x.device.type):
         with torch.no_grad():
-            center, _, _, offset = _centering(x, kernels, zero_lag)
+            M, center, _, _, offset = _centering(x, kernels, zero_lag, sync)
             s = (var + eps).rsqrt()
             a, _ = _fold(weight, bias, alpha, mean, var, eps)
-            G0 = g.double().sum((0, 2))  # (C,)
+            G0_local = g.double().sum((0, 2))  # (C,)
             gz = torch.zeros(N, C, dtype=torch.float64, device=x.device)  # sum g (z_i - mean_i)
             for bs in _chunks(B, N * C * L):
                 _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
                 gz += (d.double() * g[bs].double().unsqueeze(1)).sum((0, 3))
-            P = s * gz  # sum g * zhat_i
+            gz_local, G0 = gz, _summed(G0_local, sync)
+            P = s * _summed(gz, sync)  # sum g * zhat_i (over all processes: the statistics' gradient)
             coef = (a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1)
             gbar = (G0 / M).to(x.dtype).view(1, 1, C, 1)
             a_x = a.to(x.dtype).unsqueeze(-1)
@@ -185,9 +199,10 @@ def folded_bn_conv_backward(
         return (
             grad_x,
             grad_k,
-            (al * P).to(weight.dtype),
-            (al * G0).to(bias.dtype),
-            (w * P + b * G0).to(alpha.dtype),
+            # the parameters' gradients of this process's samples (DDP sums or averages them, as for nn.SyncBatchNorm)
+            (al * s * gz_local).to(weight.dtype),
+            (al * G0_local).to(bias.dtype),
+            (w * s * gz_local + b * G0_local).to(alpha.dtype),
         )
 
 
@@ -197,7 +212,7 @@ folded_bn_conv_backward_op = torch.library.custom_op(
 
 
 @folded_bn_conv_backward_op.register_fake
-def _(g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine):
+def _(g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine, sync):
     return (
         torch.empty_like(x),
         torch.empty_like(kernels),
@@ -208,19 +223,19 @@ def _(g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engi
 
 
 def _setup(ctx, inputs, output):
-    x, kernels, zero_lag, weight, bias, alpha, eps, method, engine = inputs
+    x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, sync = inputs
     _, mean, var = output
     ctx.save_for_backward(x, kernels, weight, bias, alpha, mean, var)
-    ctx.args = (zero_lag, eps, method, engine)
+    ctx.args = (zero_lag, eps, method, engine, sync)
 
 
 def _backward(ctx, g, grad_mean, grad_var):
     x, kernels, weight, bias, alpha, mean, var = ctx.saved_tensors
-    zero_lag, eps, method, engine = ctx.args
+    zero_lag, eps, method, engine, sync = ctx.args
     gx, gk, gw, gb, ga = folded_bn_conv_backward_op(
-        g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine
+        g, x, kernels, zero_lag, weight, bias, alpha, mean, var, eps, method, engine, sync
     )
-    return gx, gk, None, gw, gb, ga, None, None, None
+    return gx, gk, None, gw, gb, ga, None, None, None, None
 
 
 folded_bn_conv_op.register_autograd(_backward, setup_context=_setup)
@@ -237,13 +252,16 @@ def folded_bn_conv(
     *,
     method: str = 'auto',
     engine: str = 'auto',
+    sync: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``sum_i alpha_i BN_i(conv(x, k_i))`` with batch statistics (see the module docstring): ``x (B, C, L)``,
     ``kernels (N, C, K)``, ``weight`` / ``bias`` / ``alpha (N, C)``. Returns ``y`` (B, C, L) and the batch ``mean``
     and biased ``var`` (N, C) in float64 (no gradient) for the caller's running statistics. Under autocast the
     convolutions run in its dtype: ``x`` and the kernels are cast to it first (the BatchNorm parameters stay as they
-    are, folded in float64), so the operator computes the same eager and compiled."""
+    are, folded in float64), so the operator computes the same eager and compiled. ``sync``: the statistics are those
+    of every process of the default group (synchronized BatchNorm): the sums of the statistics pass and of the
+    backward are all-reduced; the parameters' gradients stay this process's (for DDP to reduce)."""
     check_branch_norm('folded_bn_conv', x, kernels, zero_lag, weight, bias, alpha)
     amp = autocast_dtype(x.device.type)
     dtype = amp or x.dtype
-    return folded_bn_conv_op(x.to(dtype), kernels.to(dtype), zero_lag, weight, bias, alpha, eps, method, engine)
+    return folded_bn_conv_op(x.to(dtype), kernels.to(dtype), zero_lag, weight, bias, alpha, eps, method, engine, sync)

@@ -76,11 +76,11 @@ def test_opcheck(method, engine):
     x = torch.randn(2, 3, 8, dtype=DT, requires_grad=True)
     k = torch.randn(2, 3, 15, dtype=DT, requires_grad=True)
     w, b, a = (torch.randn(2, 3, dtype=DT, requires_grad=True) for _ in range(3))
-    args = (x, k, 7, w, b, a, 1e-5, method, engine)
+    args = (x, k, 7, w, b, a, 1e-5, method, engine, False)
     torch.library.opcheck(fold_bn.folded_bn_conv_op, args)
     mean, var = torch.rand(2, 3, dtype=DT), torch.rand(2, 3, dtype=DT) + 0.5
     bwd = (torch.randn(2, 3, 8, dtype=DT), x.detach(), k.detach(), 7, w.detach(), b.detach(), a.detach(), mean, var,
-           1e-5, method, engine)  # fmt: skip
+           1e-5, method, engine, False)  # fmt: skip
     torch.library.opcheck(fold_bn.folded_bn_conv_backward_op, bwd)
 
 
@@ -141,9 +141,9 @@ def test_on_cuda_nothing_of_size_B_N_C_L_is_saved_and_no_fft_runs():
         ops = _Ops()
         with ops:  # the operators' implementations (FakeTensorMode runs only their fake ones)
             x, k, w, b, a = (t.detach() for t in (x, k, w, b, a))
-            y, mean, var = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'auto', 'auto')
+            y, mean, var = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'auto', 'auto', False)
             grads = fold_bn.folded_bn_conv_backward(torch.randn_like(y), x, k, L - 1, w, b, a, mean, var, 1e-5,
-                                                    'auto', 'auto')  # fmt: skip
+                                                    'auto', 'auto', False)  # fmt: skip
     assert y.dtype == torch.bfloat16 and y.shape == (B, C, L)
     assert [g.shape for g in grads] == [x.shape, k.shape, w.shape, b.shape, a.shape]
     assert not [op for op in ops.ops if 'fft' in op], sorted(ops.ops)
@@ -158,8 +158,80 @@ def test_the_backward_on_the_matmul_methods_runs_no_fft(method):
     w, b, a = (torch.randn(3, 4, dtype=DT) for _ in range(3))
     ops = _Ops()
     with ops:
-        y, mean, var = fold_bn.folded_bn_conv_forward(x, k, 48, w, b, a, 1e-5, method, 'auto')
+        y, mean, var = fold_bn.folded_bn_conv_forward(x, k, 48, w, b, a, 1e-5, method, 'auto', False)
         grads = fold_bn.folded_bn_conv_backward(torch.randn_like(y), x, k, 48, w, b, a, mean, var, 1e-5, method,
-                                                'auto')  # fmt: skip
+                                                'auto', False)  # fmt: skip
     assert not [op for op in ops.ops if 'fft' in op], sorted(ops.ops)
     assert [g.shape for g in grads] == [x.shape, k.shape, w.shape, b.shape, a.shape]
+
+
+SYNC_DRIVER = """
+import json, sys
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from mrconvnext.ops.long_conv import folded_bn_conv
+from tests.reference import shifted_sum_conv
+
+dist.init_process_group('gloo')
+rank, world = dist.get_rank(), dist.get_world_size()
+g = torch.Generator().manual_seed(0)
+DT = torch.float64
+B, C, L, N, K, zl = 6, 3, 11, 3, 21, 10
+X = torch.randn(B, C, L, dtype=DT, generator=g) + 3
+k0 = torch.randn(N, C, K, dtype=DT, generator=g)
+w0, b0, a0 = (torch.randn(N, C, dtype=DT, generator=g) for _ in range(3))
+G = torch.randn(B, C, L, dtype=DT, generator=g)
+
+def leaves():
+    return [t.clone().requires_grad_() for t in (k0, w0, b0, a0)]
+
+# one process over the whole batch, naive: convolutions, F.batch_norm, the alpha-weighted sum
+Xf = X.clone().requires_grad_()
+k, w, b, a = leaves()
+z = [shifted_sum_conv(Xf, k[i], zl) for i in range(N)]
+y_ref = sum(a[i].view(1, -1, 1) * F.batch_norm(z[i], None, None, w[i], b[i], True, 0.0, 1e-5) for i in range(N))
+ref = torch.autograd.grad(y_ref, (Xf, k, w, b, a), G)
+st = torch.stack(z)
+# this process's half, synchronized
+sl = slice(rank * B // world, (rank + 1) * B // world)
+Xl = X[sl].clone().requires_grad_()
+k, w, b, a = leaves()
+y, mean, var = folded_bn_conv(Xl, k, zl, w, b, a, sync=True)
+got = list(torch.autograd.grad(y, (Xl, k, w, b, a), G[sl]))
+for t in got[1:]:
+    dist.all_reduce(t)  # the parameters' gradients: this process's share, summed by DDP
+err = {
+    'y': (y - y_ref[sl]).abs().max().item(),
+    'mean': (mean - st.mean((1, 3))).abs().max().item(),
+    'var': (var - st.var((1, 3), unbiased=False)).abs().max().item(),
+    'grad_x': (got[0] - ref[0][sl]).abs().max().item(),
+}
+err.update({n: (p - q).abs().max().item() for n, p, q in zip(('k', 'w', 'b', 'a'), got[1:], ref[1:])})
+with open(f'rank{rank}.json', 'w') as f:
+    json.dump(err, f)
+dist.destroy_process_group()
+"""
+
+
+def test_synchronized_statistics_over_two_processes_equal_one_process_over_the_whole_batch(tmp_path):
+    """torchrun, 2 gloo processes, each with half the batch: the synchronized fold gives each half of the output,
+    the statistics, the input gradient and (summed over the processes) the parameters' gradients of one process
+    over the whole batch through the naive form (float64)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.limits import HANG_LIMIT_S
+
+    repo = __import__('pathlib').Path(__file__).resolve().parents[3]
+    driver = tmp_path / 'driver.py'
+    driver.write_text(SYNC_DRIVER)
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(repo) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2', str(driver)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_LIMIT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    reports = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
+    for err in reports:
+        assert max(err.values()) < 1e-9, err
