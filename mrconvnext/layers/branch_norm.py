@@ -12,12 +12,21 @@ synchronized BatchNorm after conversion) is called as it is, then weighted by al
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported, folded_bn_conv
 
-__all__ = ['fused_applies', 'fused_conv_norm_sum', 'fold_applies', 'folded_conv_norm_sum', 'norm_sum', 'momentum_step']
+__all__ = [
+    'fused_applies',
+    'fused_conv_norm_sum',
+    'synchronized',
+    'fold_applies',
+    'folded_conv_norm_sum',
+    'norm_sum',
+    'momentum_step',
+]
 
 
 def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> bool:
@@ -33,12 +42,21 @@ def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> b
     )
 
 
+def synchronized(bn: nn.Module) -> bool:
+    """Whether ``bn`` is a BatchNorm synchronized over the default process group: torch's ``SyncBatchNorm``, or a
+    module whose class sets ``synchronized_statistics = True`` (the tools' ``DistBatchNorm``)."""
+    sync = isinstance(bn, nn.SyncBatchNorm) or getattr(type(bn), 'synchronized_statistics', False)
+    return bool(sync) and getattr(bn, 'process_group', None) is None
+
+
 def fold_applies(bn: nn.Module, x: torch.Tensor) -> bool:
-    """Training with batch statistics, a plain affine BatchNorm1d and an input off the CPU (CUDA): then
-    :func:`folded_conv_norm_sum` computes the branch sum as one merged convolution. The CPU keeps its fused operator
-    (:func:`fused_applies`) or, where that does not run, a convolution per branch and ``F.batch_norm``: the fold
-    recomputes the branch outputs three times, which the CPU pays for in time; it saves memory, which a GPU needs."""
-    return bn.training and type(bn) is nn.BatchNorm1d and bn.affine and x.device.type != 'cpu'
+    """Training with batch statistics, an affine BatchNorm (plain ``BatchNorm1d``, or :func:`synchronized`) and an
+    input off the CPU (CUDA): then :func:`folded_conv_norm_sum` computes the branch sum as one merged convolution.
+    The CPU keeps its fused operator (:func:`fused_applies`) or, where that does not run, a convolution per branch
+    and ``F.batch_norm``: the fold recomputes the branch outputs three times, which the CPU pays for in time; it
+    saves memory, which a GPU needs."""
+    foldable = type(bn) is nn.BatchNorm1d or synchronized(bn)
+    return bn.training and bn.affine and x.device.type != 'cpu' and foldable
 
 
 def momentum_step(bn: nn.BatchNorm1d) -> float:
@@ -72,12 +90,17 @@ def folded_conv_norm_sum(
     engine: str = 'auto',
 ) -> torch.Tensor:
     """The same as :func:`fused_conv_norm_sum` through :func:`~mrconvnext.ops.long_conv.folded_bn_conv`: one
-    convolution with the merged kernel, statistics without a stored ``(B, N, C, L)`` tensor."""
+    convolution with the merged kernel, statistics without a stored ``(B, N, C, L)`` tensor; a :func:`synchronized`
+    norm takes them over every process (whose batches are taken to be equal, as a distributed training loader that
+    drops the last partial batch gives, for the running variance's ``M / (M - 1)``)."""
     N, C = alpha.shape
+    sync = synchronized(bn)
     y, mean, var = folded_bn_conv(
-        x, kernels, zero_lag, bn.weight.view(N, C), bn.bias.view(N, C), alpha, bn.eps, method=method, engine=engine
-    )
-    _update_running(bn, mean, var, x.shape[0] * x.shape[2])
+        x, kernels, zero_lag, bn.weight.view(N, C), bn.bias.view(N, C), alpha, bn.eps, method=method, engine=engine,
+        sync=sync,
+    )  # fmt: skip
+    world = dist.get_world_size() if sync and dist.is_available() and dist.is_initialized() else 1
+    _update_running(bn, mean, var, x.shape[0] * x.shape[2] * world)
     return y
 
 

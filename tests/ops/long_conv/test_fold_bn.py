@@ -208,8 +208,30 @@ err = {
     'grad_x': (got[0] - ref[0][sl]).abs().max().item(),
 }
 err.update({n: (p - q).abs().max().item() for n, p, q in zip(('k', 'w', 'b', 'a'), got[1:], ref[1:])})
+
+# a layer whose BatchNorm is converted to the tools' DistBatchNorm: the fold (made to apply on the CPU) equals the
+# synchronized module path (outputs, running statistics, the parameters' local gradients)
+from mrconvnext.layers import MRConv1d, branch_norm
+from mrconvnext.tools.sync_bn import convert_sync_batchnorm
+torch.manual_seed(0)
+layers = [MRConv1d(C, L).double() for _ in range(2)]
+layers[1].load_state_dict(layers[0].state_dict())
+for layer in layers:
+    layer.bn = convert_sync_batchnorm(layer.bn)
+y_module = layers[0](X[sl])
+real, real_sum, calls = branch_norm.fold_applies, branch_norm.folded_conv_norm_sum, []
+branch_norm.fold_applies = lambda bn, x: bn.training and bn.affine and branch_norm.synchronized(bn)
+branch_norm.folded_conv_norm_sum = lambda *a, **k: calls.append(1) or real_sum(*a, **k)
+y_fold = layers[1](X[sl])
+branch_norm.fold_applies, branch_norm.folded_conv_norm_sum = real, real_sum
+g_module = torch.autograd.grad(y_module, [layers[0].alpha, layers[0].bn.weight], G[sl])
+g_fold = torch.autograd.grad(y_fold, [layers[1].alpha, layers[1].bn.weight], G[sl])
+err['layer_y'] = (y_fold - y_module).abs().max().item()
+err['layer_grads'] = max((p - q).abs().max().item() for p, q in zip(g_fold, g_module))
+err['layer_running'] = max((getattr(layers[1].bn, n) - getattr(layers[0].bn, n)).abs().max().item()
+                           for n in ('running_mean', 'running_var'))
 with open(f'rank{rank}.json', 'w') as f:
-    json.dump(err, f)
+    json.dump({'err': err, 'fold_calls': len(calls)}, f)
 dist.destroy_process_group()
 """
 
@@ -217,7 +239,8 @@ dist.destroy_process_group()
 def test_synchronized_statistics_over_two_processes_equal_one_process_over_the_whole_batch(tmp_path):
     """torchrun, 2 gloo processes, each with half the batch: the synchronized fold gives each half of the output,
     the statistics, the input gradient and (summed over the processes) the parameters' gradients of one process
-    over the whole batch through the naive form (float64)."""
+    over the whole batch through the naive form (float64); and a layer with a synchronized BatchNorm computes through
+    the fold what the synchronized module computes (outputs, running statistics, gradients)."""
     import json
     import os
     import subprocess
@@ -233,5 +256,5 @@ def test_synchronized_statistics_over_two_processes_equal_one_process_over_the_w
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=HANG_LIMIT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     reports = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
-    for err in reports:
-        assert max(err.values()) < 1e-9, err
+    for rep in reports:
+        assert rep['fold_calls'] == 1 and max(rep['err'].values()) < 1e-9, rep
