@@ -108,8 +108,8 @@ def folded_bn_conv_forward(
     sync: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``mrconvnext::folded_bn_conv``: ``(y, mean, var)``, ``y (B, C, L)`` in ``x``'s dtype, the branch batch means
-    and biased variances ``(N, C)`` in float64 (module docstring). Every operand in the dtype the convolutions
-    run in (the caller casts; autocast is off inside)."""
+    and biased variances ``(N, C)`` in float64 (module docstring). ``x`` and the kernels in the dtype the
+    convolutions run in (the caller casts; autocast is off inside); the BatchNorm parameters are folded in float64."""
     B, C, L = x.shape
     N = kernels.shape[0]
     with autocast_off(x.device.type), torch.no_grad():
