@@ -4,6 +4,7 @@
     python scripts/bench_mrconv.py --fft-sizes        # FFT-size policy: exact vs power of two vs 7-smooth
     python scripts/bench_mrconv.py --crossover        # direct vs FFT by kernel length
     python scripts/bench_mrconv.py --fourier          # Fourier branch kernels: irfft vs the cached-basis matmul
+    python scripts/bench_mrconv.py --synthesis        # all branch kernels: per branch vs batched (kernel_bank)
 
 Every case is timed side by side in the same process: warm-up, then ``--repeats`` runs; the table
 gives the median and the spread (min-max) in milliseconds, and ratios of medians. Results are
@@ -158,11 +159,39 @@ def bench_fourier(args) -> list[dict]:
     return rows
 
 
+def _stack_fwd_bwd(branches: list, reach: int, grad: torch.Tensor, batched: bool) -> None:
+    from mrconvnext.layers.kernel_bank import stack_branch_kernels
+
+    (stack_branch_kernels(branches, reach, False, batched=batched) * grad).sum().backward()
+
+
+def bench_synthesis(args) -> list[dict]:
+    """Forward + backward of one mixer's ``(N, C, P)`` branch kernels per mrconvnext_t stage: each branch's forward,
+    zero-padded, against the batched synthesis (``stack_branch_kernels(batched=...)``)."""
+    from mrconvnext.models.mrconvnext import mrconv_kernel_size
+
+    rows = []
+    for C, side in [(96, 56), (192, 28), (384, 14), (768, 7)]:
+        L = side * side
+        kw = dict(kernel_type=args.kernel_type, num_modes=args.modes, num_taps=args.taps)
+        layer = MRConv2d(C, (side, side), kernel_size=mrconv_kernel_size(L), **kw)
+        branches = list(layer.branches)
+        grad = torch.randn(len(branches), C, 2 * layer.reach - 1)
+
+        t_loop = timeit(functools.partial(_stack_fwd_bwd, branches, layer.reach, grad, False), args.repeats)
+        t_bank = timeit(functools.partial(_stack_fwd_bwd, branches, layer.reach, grad, True), args.repeats)
+        case = f'C={C} N={len(branches)} P={grad.shape[-1]} {args.kernel_type}'
+        rows.append(row(f'{case} per branch fwd+bwd', t_loop))
+        rows.append(row(f'{case} batched fwd+bwd', t_bank, statistics.median(t_loop)))
+    return rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--fft-sizes', action='store_true')
     p.add_argument('--crossover', action='store_true')
     p.add_argument('--fourier', action='store_true')
+    p.add_argument('--synthesis', action='store_true')
     p.add_argument('--batch', type=int, default=16)
     p.add_argument('--dim', type=int, default=96)
     p.add_argument('--size', type=int, default=56)
@@ -186,6 +215,8 @@ def main(argv=None) -> None:
         kind, rows = 'crossover', bench_crossover(args)
     elif args.fourier:
         kind, rows = 'fourier', bench_fourier(args)
+    elif args.synthesis:
+        kind, rows = 'synthesis', bench_synthesis(args)
     else:
         kind, rows = 'layer', bench_layer(args)
     width = max(len(r['case']) for r in rows)

@@ -1,9 +1,11 @@
-"""Independent reference computations for the tests (naive, float64, no package code)."""
+"""Independent reference computations for the tests (naive, float64; package code only to tell a branch's kind)."""
 
 import math
 
 import torch
 import torch.nn.functional as F
+
+from mrconvnext.layers.kernel_params import DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
 
 
 def shifted_sum_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -191,3 +193,42 @@ def dense_kernel(lags: dict[int, torch.Tensor]) -> tuple[torch.Tensor, int]:
     for lag, v in lags.items():
         k[:, lag + R - 1] = v
     return k, R - 1
+
+
+def branch_kernel_reference(branch, reach: int, causal: bool) -> torch.Tensor:
+    """``(C, P)`` float64: an MRConv branch kernel rebuilt from its parameters by naive formulas, lag by lag, in the
+    layout of ``reach`` (``P = reach`` causal, else ``2 reach - 1`` centred on lag 0)."""
+    C = branch.dim
+    size = reach if causal else 2 * reach - 1
+    zero = 0 if causal else reach - 1
+    k = torch.zeros(C, size, dtype=torch.float64)
+
+    def put(c, lag, v):
+        if -(reach - 1) <= lag <= reach - 1 and (lag >= 0 or not causal):
+            k[c, lag + zero] += v
+
+    if isinstance(branch, FourierSparseKernel):
+        return branch_kernel_reference(branch.fourier, reach, causal) + branch_kernel_reference(
+            branch.sparse, reach, causal
+        )
+    if isinstance(branch, FourierKernel):
+        vals = fourier_lags(branch.modes.detach(), branch.size)
+        for idx in range(branch.size):
+            lag = idx if idx < branch.reach else idx - branch.size
+            for c in range(C):
+                put(c, lag, vals[c, idx])
+    elif isinstance(branch, SparseKernel):
+        for c in range(C):
+            for p, w in zip(branch.positions[c].tolist(), branch.weight[c].detach().double()):
+                put(c, p - branch.zero_lag, w)
+    elif isinstance(branch, DilatedKernel):
+        n = branch.weight.shape[1]
+        js = range(n) if causal else range(-(n + 1) // 2 + 1, (n + 1) // 2)
+        for c in range(C):
+            for col, j in enumerate(js):
+                put(c, j * branch.dilation, branch.weight[c, col].detach().double())
+    else:  # dense
+        for c in range(C):
+            for idx in range(branch.size):
+                put(c, idx - branch.zero_lag, branch.weight[c, idx].detach().double())
+    return k

@@ -24,6 +24,7 @@ __all__ = [
     'SparseKernel',
     'FourierSparseKernel',
     'KERNEL_PARAM_NAMES',
+    'cache_or_body',
     'fourier_basis',
 ]
 
@@ -72,10 +73,15 @@ class DenseKernel(BranchKernel):
     def __init__(self, dim: int, reach: int, causal: bool = False) -> None:
         super().__init__(dim, reach, causal)
         self.weight = nn.Parameter(torch.randn(dim, self.size) / math.sqrt(self.size))
+        self.register_buffer('index', torch.arange(self.size).unsqueeze(0), persistent=False)
 
     @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return self.weight
+
+    def tap_index(self) -> torch.Tensor:
+        """``(1, P)``: the lag index of each column of ``weight``."""
+        return self.index
 
 
 class DilatedKernel(BranchKernel):
@@ -99,8 +105,21 @@ class DilatedKernel(BranchKernel):
     def forward(self) -> torch.Tensor:
         return _place(self.weight, self.index, self.size)
 
+    def tap_index(self) -> torch.Tensor:
+        """``(1, T)``: the lag index (into the ``P`` lags) of each column of ``weight``, shared by all channels."""
+        return self.index
+
     def extra_repr(self) -> str:
         return super().extra_repr() + f', taps={self.weight.shape[1]}, dilation={self.dilation}'
+
+
+def cache_or_body(fn):
+    """``fn`` (a ``functools.lru_cache`` of tensors), or its uncached body where a cached tensor would be wrong:
+    under ``torch.compile`` (the body is traced, then constant-folded) and under a fake tensor mode (whose tensors
+    must never enter the cache, where a later real call would find them)."""
+    if torch.compiler.is_compiling() or torch._guards.detect_fake_mode() is not None:
+        return fn.__wrapped__
+    return fn
 
 
 @functools.lru_cache(maxsize=128)
@@ -115,11 +134,11 @@ def fourier_basis(size: int, num_modes: int, zero_lag: int, dtype: torch.dtype, 
     made outside inference mode so a basis first built there can still be saved for a later backward.
     """
     with torch.inference_mode(False):
-        j = torch.arange(num_modes, dtype=torch.int64).unsqueeze(1)
-        tau = torch.arange(size, dtype=torch.int64) - zero_lag
+        j = torch.arange(num_modes, dtype=torch.int64, device='cpu').unsqueeze(1)  # cpu whatever the default device
+        tau = torch.arange(size, dtype=torch.int64, device='cpu') - zero_lag
         phase = 2 * math.pi * torch.remainder(j * tau, size).double() / size
         single = [0] + ([size // 2] if size % 2 == 0 and num_modes > size // 2 else [])  # DC and Nyquist
-        w = torch.full((num_modes, 1), 2.0, dtype=torch.float64)
+        w = torch.full((num_modes, 1), 2.0, dtype=torch.float64, device='cpu')
         w[single] = 1.0
         basis = torch.stack([w * torch.cos(phase), -w * torch.sin(phase)], dim=1)  # (m, 2, size)
         basis[single, 1] = 0.0
@@ -153,9 +172,7 @@ class FourierKernel(BranchKernel):
     @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         modes = self.modes if self.modes.dtype == torch.float64 else self.modes.float()  # float32 at least
-        # under torch.compile the basis is traced (and constant-folded) instead of read from the Python cache
-        build = fourier_basis.__wrapped__ if torch.compiler.is_compiling() else fourier_basis
-        basis = build(self.size, self.num_modes, self.zero_lag, modes.dtype, modes.device)
+        basis = cache_or_body(fourier_basis)(self.size, self.num_modes, self.zero_lag, modes.dtype, modes.device)
         return modes.reshape(self.dim, 2 * self.num_modes) @ basis
 
     def extra_repr(self) -> str:
@@ -189,6 +206,10 @@ class SparseKernel(BranchKernel):
     @torch.jit.ignore
     def forward(self) -> torch.Tensor:
         return _place(self.weight, self.positions, self.size)
+
+    def tap_index(self) -> torch.Tensor:
+        """``(C, T)``: the lag index (into the ``P`` lags) of each tap of ``weight``."""
+        return self.positions
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f', taps={self.weight.shape[1]}'

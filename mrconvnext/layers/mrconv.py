@@ -52,6 +52,7 @@ from ..ops.checks import check_choice, check_int, check_size2
 from ..ops.long_conv import conv2d_lags, conv2d_padding, long_conv1d, remap_lags
 from . import branch_norm
 from .checks import check_mixer_input
+from .kernel_bank import stack_branch_kernels
 from .kernel_params import (
     KERNEL_PARAM_NAMES,
     BranchKernel,
@@ -127,13 +128,6 @@ def _fold_loaded_branches(module: nn.Module, incompatible_keys) -> None:
     """Load post hook of :class:`MRConv1d`: a deployed layer that received a branched state dict folds it."""
     if module.__dict__.pop('_fold_after_load', False):
         module.reparameterize()
-
-
-def _align(kernel: torch.Tensor, zero_lag: int, reach: int, causal: bool) -> torch.Tensor:
-    """Zero-pad (or crop) a branch kernel to the common layout of the given reach (Eq. 7)."""
-    left = 0 if causal else (reach - 1) - zero_lag
-    right = (reach - 1) - (kernel.shape[-1] - 1 - zero_lag)
-    return F.pad(kernel, (left, right))
 
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
@@ -273,8 +267,9 @@ class MRConv1d(ScriptedInPython):
     # --- kernels -------------------------------------------------------------------------------
 
     def branch_kernels(self) -> torch.Tensor:
-        """The branch kernels in the common layout, ``(N, C, P)`` with lag 0 at ``self.zero_lag``."""
-        return torch.stack([_align(b(), b.zero_lag, self.reach, self.causal) for b in self.branches])
+        """The branch kernels in the common layout (Eq. 7), ``(N, C, P)`` with lag 0 at ``self.zero_lag``, synthesized
+        for all branches together (:func:`~.kernel_bank.stack_branch_kernels`)."""
+        return stack_branch_kernels(list(self.branches), self.reach, self.causal)
 
     def merged_kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The single ``(C, P)`` kernel and ``(C,)`` bias equal to the layer in eval mode."""

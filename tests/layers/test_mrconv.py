@@ -3,51 +3,12 @@ import torch
 
 from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
 from mrconvnext.layers.kernel_params import (
-    DilatedKernel,
     FourierKernel,
-    FourierSparseKernel,
-    SparseKernel,
     fourier_basis,
 )
-from tests.reference import fourier_lags, shifted_sum_conv
+from tests.reference import branch_kernel_reference, shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
-
-
-def _reference_branch(branch, reach: int, causal: bool) -> torch.Tensor:
-    """A branch kernel rebuilt from its parameters as {lag: value}, laid out centred on ``reach``."""
-    C = branch.dim
-    size = reach if causal else 2 * reach - 1
-    zero = 0 if causal else reach - 1
-    k = torch.zeros(C, size, dtype=torch.float64)
-
-    def put(c, lag, v):
-        if -(reach - 1) <= lag <= reach - 1 and (lag >= 0 or not causal):
-            k[c, lag + zero] += v
-
-    if isinstance(branch, FourierSparseKernel):
-        return _reference_branch(branch.fourier, reach, causal) + _reference_branch(branch.sparse, reach, causal)
-    if isinstance(branch, FourierKernel):
-        vals = fourier_lags(branch.modes.detach(), branch.size)
-        for idx in range(branch.size):
-            lag = idx if idx < branch.reach else idx - branch.size
-            for c in range(C):
-                put(c, lag, vals[c, idx])
-    elif isinstance(branch, SparseKernel):
-        for c in range(C):
-            for p, w in zip(branch.positions[c].tolist(), branch.weight[c].detach().double()):
-                put(c, p - branch.zero_lag, w)
-    elif isinstance(branch, DilatedKernel):
-        n = branch.weight.shape[1]
-        js = range(n) if causal else range(-(n + 1) // 2 + 1, (n + 1) // 2)
-        for c in range(C):
-            for col, j in enumerate(js):
-                put(c, j * branch.dilation, branch.weight[c, col].detach().double())
-    else:  # dense
-        for c in range(C):
-            for idx in range(branch.size):
-                put(c, idx - branch.zero_lag, branch.weight[c, idx].detach().double())
-    return k
 
 
 def _reference_forward(layer: MRConv1d, x: torch.Tensor, training: bool, conv=None) -> torch.Tensor:
@@ -59,7 +20,7 @@ def _reference_forward(layer: MRConv1d, x: torch.Tensor, training: bool, conv=No
     R, causal = layer.reach, layer.causal
     outs = []
     for b in layer.branches:
-        outs.append(conv(x, _reference_branch(b, R, causal), 0 if causal else R - 1))
+        outs.append(conv(x, branch_kernel_reference(b, R, causal), 0 if causal else R - 1))
     if layer.combine == 'scale':
         beta = layer.beta.detach().double()
         return sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach().double()[:, None]
