@@ -39,12 +39,14 @@ def _bank_basis(
     parts: tuple[tuple[int, int, int, int], ...], size: int, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
     """``(N, 2M, size)`` from ``parts[i] = (period, modes, zero_lag, shift)``: branch ``i``'s Fourier basis in rows
-    ``:2 modes`` and columns ``shift : shift + period``, zero elsewhere. Built in float64, then cast."""
+    ``:2 modes`` and columns ``shift : shift + period``, zero elsewhere. Built in float64 on the CPU (on the meta
+    device for meta tensors), then moved and cast."""
+    host = torch.device('meta') if torch.device(device).type == 'meta' else torch.device('cpu')
     with torch.inference_mode(False):
         M = max(m for _, m, _, _ in parts)
-        out = torch.zeros(len(parts), 2 * M, size, dtype=torch.float64, device='cpu')
+        out = torch.zeros(len(parts), 2 * M, size, dtype=torch.float64, device=host)
         for i, (n, m, zero_lag, shift) in enumerate(parts):
-            basis = cache_or_body(fourier_basis)(n, m, zero_lag, torch.float64, torch.device('cpu'))
+            basis = cache_or_body(fourier_basis)(n, m, zero_lag, torch.float64, out.device)
             out[i, : 2 * m, shift : shift + n] = basis
         return out.to(device=device, dtype=dtype)
 
@@ -58,7 +60,7 @@ def _pad_index(modes: tuple[int, ...], device: torch.device) -> torch.Tensor:
         for m in modes:
             index += list(range(start, start + 2 * m)) + [sum(modes) * 2] * (2 * (M - m))
             start += 2 * m
-        return torch.tensor(index, dtype=torch.int64, device='cpu').to(device)
+        return torch.tensor(index, dtype=torch.int64, device=device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -66,12 +68,12 @@ def _tap_base(taps: tuple[tuple[int, int], ...], dim: int, size: int, device: to
     """``(C, sum T_i)`` int64 from ``taps[i] = (T_i, shift_i)``: ``i * C * size + c * size + shift_i``, in the
     column order of ``cat([index_i.expand(C, T_i) for i], dim=1)``."""
     with torch.inference_mode(False):
-        rows = torch.arange(dim, dtype=torch.int64, device='cpu').unsqueeze(1) * size
+        rows = torch.arange(dim, dtype=torch.int64, device=device).unsqueeze(1) * size
         cols = [
-            torch.full((1, t), i * dim * size + shift, dtype=torch.int64, device='cpu')
+            torch.full((1, t), i * dim * size + shift, dtype=torch.int64, device=device)
             for i, (t, shift) in enumerate(taps)
         ]
-        return (rows + torch.cat(cols, dim=1)).to(device)
+        return rows + torch.cat(cols, dim=1)
 
 
 def _fourier_bank(parts: list[FourierKernel], shifts: list[int], size: int) -> torch.Tensor:

@@ -133,12 +133,14 @@ def fourier_basis(size: int, num_modes: int, zero_lag: int, dtype: torch.dtype, 
     Built in float64 with the phase reduced modulo ``size`` in integers, then cast; cached per arguments, and
     made outside inference mode so a basis first built there can still be saved for a later backward.
     """
+    # built on the CPU (float64 everywhere; not the default device's), or on the meta device for meta tensors
+    host = torch.device('meta') if torch.device(device).type == 'meta' else torch.device('cpu')
     with torch.inference_mode(False):
-        j = torch.arange(num_modes, dtype=torch.int64, device='cpu').unsqueeze(1)  # cpu whatever the default device
-        tau = torch.arange(size, dtype=torch.int64, device='cpu') - zero_lag
+        j = torch.arange(num_modes, dtype=torch.int64, device=host).unsqueeze(1)
+        tau = torch.arange(size, dtype=torch.int64, device=host) - zero_lag
         phase = 2 * math.pi * torch.remainder(j * tau, size).double() / size
         single = [0] + ([size // 2] if size % 2 == 0 and num_modes > size // 2 else [])  # DC and Nyquist
-        w = torch.full((num_modes, 1), 2.0, dtype=torch.float64, device='cpu')
+        w = torch.full((num_modes, 1), 2.0, dtype=torch.float64, device=host)
         w[single] = 1.0
         basis = torch.stack([w * torch.cos(phase), -w * torch.sin(phase)], dim=1)  # (m, 2, size)
         basis[single, 1] = 0.0
