@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check, one command for a person with a CUDA GPU:
 #   1. the CUDA test suite (pytest -m cuda): every op, layer and model family on the GPU against float64 references;
-#   2. the TaLK operator benchmark by implementation (scripts/bench_talk_gpu.py);
+#   2. the TaLK operator benchmark by implementation (scripts/bench_talk_gpu.py), and DynamicConv per stage beside the
+#      7x7 depthwise conv (scripts/bench_dynconv_gpu.py);
 #   3. the long convolution per ConvNeXt-T stage: 7x7 conv vs torch.fft vs the matmul engine
 #      (scripts/bench_longconv_gpu.py);
 #   4. the model benchmark, eager and torch.compile (scripts/bench_gpu.py).
-# Results go to results/ (gpu_pytest.txt, gpu_talk_ops.{md,csv}, longconv_gpu.csv, gpu_<gpu>.{md,csv}). It installs nothing: install the
+# Results go to results/ (gpu_pytest.txt, gpu_talk_ops.{md,csv}, gpu_dynconv_ops.{md,csv}, longconv_gpu.csv, gpu_<gpu>.{md,csv}). It installs nothing: install the
 # project with its test extra first (pip install -e '.[test]'). Without a visible GPU it stops before step 1.
 #
-#   bash scripts/gpu_check.sh [all|tests|talk|longconv|models|models-eager|models-compiled]
+#   bash scripts/gpu_check.sh [all|tests|talk|dynconv|longconv|models|models-eager|models-compiled]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -41,6 +42,9 @@ if [[ $STEP == all || $STEP == tests ]]; then
 fi
 if [[ $STEP == all || $STEP == talk ]]; then
   "$PY" scripts/bench_talk_gpu.py --out results
+fi
+if [[ $STEP == all || $STEP == dynconv ]]; then
+  "$PY" scripts/bench_dynconv_gpu.py --out results
 fi
 if [[ $STEP == all || $STEP == longconv ]]; then
   "$PY" scripts/bench_longconv_gpu.py --out results | tee results/longconv_gpu.txt

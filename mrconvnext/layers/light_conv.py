@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
 from ..ops import engines
-from ..ops.checks import check_choice, check_int, check_size2
-from ..ops.light_conv import dynamic_conv1d, light_conv1d
+from ..ops.checks import autocast_dtype, check_choice, check_int, check_size2
+from ..ops.light_conv import dynamic_conv1d, dynamic_softmax_conv1d, light_conv1d
 from .checks import check_mixer_input
 from .torchscript import ScriptedInPython, python_forward
 
@@ -102,8 +102,16 @@ class LightConv1d(_HeadConv1d):
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
 class DynamicConv1d(_HeadConv1d):
-    """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head. ``engine``:
-    ``'auto'`` or ``'torch'`` (:mod:`mrconvnext.ops.engines`; one engine so far)."""
+    """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head.
+
+    ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'auto'`` (Triton on CUDA, else PyTorch),
+    ``'torch'`` or ``'triton'``. The Triton engine takes the logits from one GEMM on the ``(B*L, C)`` view of x
+    (:meth:`logits`) and fuses softmax, DropConnect and taps (:func:`~mrconvnext.ops.dynamic_softmax_conv1d`): the
+    output is then channels-last, like a channels-last input, with no copy of x (under autocast, one cast to its
+    dtype, which the logits' GEMM reads too; the output then has that dtype, as a depthwise conv's). DropConnect there multiplies by
+    float32 multipliers drawn per ``(b, t, h, k)`` (the same distribution as ``F.dropout`` on the kernel, another
+    random stream).
+    """
 
     def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
@@ -123,8 +131,25 @@ class DynamicConv1d(_HeadConv1d):
         w = F.dropout(w, self.weight_dropout, self.training)
         return w.transpose(2, 3)
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Kernel logits ``(B, L, H, K)`` (contiguous) for ``x (B, C, L)``: one GEMM on the ``(B*L, C)`` view."""
+        lin = self.weight_linear
+        return F.linear(x.transpose(1, 2), lin.weight, lin.bias).unflatten(-1, (self.num_heads, self.kernel_size))
+
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine=self.engine)
+        if engines.dynamic_conv_engine_constant(x.device.type, self.engine) != 'triton':
+            return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine='torch')
+        # under autocast, x is cast once (as the logits' GEMM would) and the kernel reads and writes that dtype
+        cast = autocast_dtype(x.device.type)
+        if cast is not None and x.dtype == torch.float32:
+            x = x.to(cast)
+        logits = self.logits(x)
+        drop = None
+        if self.training and self.weight_dropout > 0:
+            keep = 1.0 - self.weight_dropout
+            dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+            drop = torch.empty(logits.shape, dtype=dtype, device=x.device).bernoulli_(keep).div_(keep)
+        return dynamic_softmax_conv1d(x, logits, self.bias, causal=self.causal, dropconnect=drop, engine='triton')
 
 
 class _RowMajor2d:

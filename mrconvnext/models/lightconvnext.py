@@ -58,7 +58,7 @@ class LightConvNeXt(MixerConvNeXt):
 
 class DynConvNeXt(LightConvNeXt):
     """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt` and the mixers' ``engine``
-    (``'auto'`` or ``'torch'``; :mod:`mrconvnext.ops.engines`)."""
+    (``'auto'``, ``'torch'`` or ``'triton'``; :func:`mrconvnext.ops.engines.dynamic_conv_engine`)."""
 
     mixer_layer = DynamicConv2d
 

@@ -4,7 +4,7 @@
 from . import engines
 from .decompositions import decompositions
 from .engines import build_native
-from .light_conv import dynamic_conv1d, light_conv1d
+from .light_conv import dynamic_conv1d, dynamic_softmax_conv1d, light_conv1d
 from .long_conv import (
     branch_conv_bn_sum,
     branch_conv_bn_sum_supported,
@@ -40,5 +40,6 @@ __all__ = [
     'talk_offsets_dropout',
     'light_conv1d',
     'dynamic_conv1d',
+    'dynamic_softmax_conv1d',
     'decompositions',
 ]

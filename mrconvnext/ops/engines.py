@@ -64,6 +64,8 @@ __all__ = [
     'from_backend',
     'talk_engine',
     'talk_engine_constant',
+    'dynamic_conv_engine',
+    'dynamic_conv_engine_constant',
     'long_conv_choice',
     'matmul_method',
     'fft_engine',
@@ -77,7 +79,7 @@ LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
 MATMUL_METHODS = ('toeplitz', 'rowdft')
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference')
-DYNAMIC_CONV_ENGINES = ('auto', 'torch')
+DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton')
 
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's time at 7 taps,
 # 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
@@ -305,6 +307,36 @@ def talk_engine_constant(device_type: str, engine: str) -> str:
     return talk_engine(device_type, engine)
 
 
+# -------------------------------------------------------------------------------------------- DynamicConv
+
+
+def dynamic_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
+    """The DynamicConv engine ``engine`` resolves to for tensors on ``device``: 'triton' or 'torch'.
+
+    ``'auto'``: the Triton kernels (channels-last, fused softmax) on CUDA where Triton runs, else the PyTorch tap loop
+    (on the CPU, and on CUDA without Triton after a one-time warning). ``'triton'`` raises RuntimeError, saying why,
+    where its kernels cannot run (CPU tensors need ``TRITON_INTERPRET=1``).
+    """
+    check_choice('dynamic_conv1d', 'engine', engine, DYNAMIC_CONV_ENGINES)
+    if engine == 'torch':
+        return 'torch'
+    device = torch.device(device)
+    if engine == 'triton' or device.type == 'cuda':
+        reason = triton_unavailable(device.type)
+        if engine == 'triton' and reason is not None:
+            raise RuntimeError(f'Triton DynamicConv kernels unavailable for {device}: {reason}')
+        if reason is None:
+            return 'triton'
+        _warn_once('dynconv-fallback', f'mrconvnext: {reason}; DynamicConv uses the PyTorch tap loop on {device}')
+    return 'torch'
+
+
+@torch.compiler.assume_constant_result
+def dynamic_conv_engine_constant(device_type: str, engine: str) -> str:
+    """:func:`dynamic_conv_engine` as a constant for torch.compile."""
+    return dynamic_conv_engine(device_type, engine)
+
+
 # -------------------------------------------------------------------------------------- long convolutions
 
 
@@ -426,7 +458,7 @@ def resolve(
     if op in ('talk1d', 'talk2d'):
         return '-', talk_engine(device, engine)
     if op == 'dynamic_conv1d':
-        return '-', check_choice(op, 'engine', engine, DYNAMIC_CONV_ENGINES).replace('auto', 'torch')
+        return '-', dynamic_conv_engine(device, engine)
     raise ValueError(
         f"resolve: op must be one of ('long_conv1d', 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d'), "
         f'got {op!r}'

@@ -14,6 +14,7 @@ import torch
 import mrconvnext  # noqa: F401  (registers the models)
 from mrconvnext.ops import (
     dynamic_conv1d,
+    dynamic_softmax_conv1d,
     engines,
     light_conv1d,
     long_conv1d,
@@ -202,6 +203,40 @@ def test_light_and_dynamic_conv():
     ref = grads(lambda a, k: dynamic_conv1d_unfold(a, k), [x.double(), wd.double()])
     for a, b in zip(got, ref):
         assert rel_err(a, b) < 1e-5
+
+
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, 2e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize('drop', [False, True])
+def test_dynamic_softmax_conv_triton(dtype, tol, drop):
+    """The Triton DynamicConv (engine='auto' on CUDA) at a stage-1 shape, channels-last x, against the float64 PyTorch
+    engine on the CPU (itself checked against naive loops): y, dx, dlogits. bf16 is checked here only (Triton's
+    interpreter gets bf16 dot products wrong, and these kernels are where that would show)."""
+    assert engines.dynamic_conv_engine(DEV, 'auto') == 'triton'
+    B, C, H, L, K = 2, 96, 6, 3136, 7
+    x = torch.randn(B, L, C).transpose(1, 2)
+    logits = torch.randn(B, L, H, K) * 2
+    mult = (torch.rand(B, L, H, K) > 0.2).float() / 0.8 if drop else None
+    ref = grads(lambda a, lg: dynamic_softmax_conv1d(a, lg, dropconnect=mult, engine='torch'),
+                [x.double(), logits.double()])  # fmt: skip
+    m = None if mult is None else mult.to(DEV)
+    got = grads(lambda a, lg: dynamic_softmax_conv1d(a, lg, dropconnect=m), [x.to(DEV, dtype), logits.to(DEV, dtype)])
+    assert got[0].dtype == dtype and got[0].transpose(1, 2).is_contiguous()
+    for a, b, name in zip(got, ref, ('y', 'dx', 'dlogits')):
+        assert rel_err(a, b) < tol, name
+
+
+def test_dynamic_conv_triton_opcheck():
+    from mrconvnext.ops.light_conv import engine_triton as dt
+
+    x = torch.randn(2, 20, 8, device=DEV, requires_grad=True)
+    logits = torch.randn(2, 20, 2, 5, device=DEV, requires_grad=True)
+    mult = torch.rand(2, 20, 2, 5, device=DEV)
+    for drop in (None, mult):
+        for softmax in (True, False):
+            torch.library.opcheck(dt.dynamic_conv_triton, (x, logits, drop, 2, softmax))
+    y, lse = dt.dynamic_conv_triton(x.detach(), logits.detach(), mult, 2, True)
+    args = (torch.randn_like(y), x.detach(), logits.detach(), mult, lse, 2, True, True, True)
+    torch.library.opcheck(dt.dynamic_conv_triton_backward, args)
 
 
 def test_flashfftconv_adapter():

@@ -233,12 +233,14 @@ def test_bad_forward_input_2d(cls: type) -> None:
 
 
 def test_dynamic_conv_layers_take_an_engine():
-    """The layers validate ``engine`` at construction (DynamicConv has one engine so far: PyTorch ops)."""
+    """The layers validate ``engine`` at construction; 'auto' on the CPU is the PyTorch tap loop."""
     from mrconvnext.layers.light_conv import DynamicConv1d, DynamicConv2d
 
     x = torch.randn(2, 8, 5, 6)
     a, b = DynamicConv2d(8, (5, 6), kernel_size=3, num_heads=2), DynamicConv2d(8, (5, 6), 3, 2, engine='torch')
     b.load_state_dict(a.state_dict())
     assert torch.equal(a(x), b(x))
-    with pytest.raises(ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch'\), got 'triton'"):
-        DynamicConv1d(8, 3, 2, engine='triton')
+    with pytest.raises(
+        ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch', 'triton'\), got 'cuda'"
+    ):
+        DynamicConv1d(8, 3, 2, engine='cuda')

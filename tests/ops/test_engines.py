@@ -46,7 +46,9 @@ def test_talk_and_dynamic_conv():
         assert engines.resolve('talk1d', 'cpu') == ('-', expected_cpu)
         assert engines.resolve('talk2d', 'cpu', engine='reference') == ('-', 'reference')
     assert engines.resolve('talk1d', 'meta') == ('-', 'torch')
-    assert engines.resolve('dynamic_conv1d', 'cuda') == ('-', 'torch')
+    cuda_triton = 'triton' if engines.triton_unavailable('cuda') is None else 'torch'
+    assert engines.resolve('dynamic_conv1d', 'cuda') == ('-', cuda_triton)
+    assert engines.resolve('dynamic_conv1d', 'cpu') == ('-', 'torch')
     with pytest.raises(RuntimeError, match='native TaLK kernels unavailable for cuda'):
         engines.resolve('talk1d', 'cuda', engine='native')
 
@@ -57,7 +59,10 @@ def test_talk_and_dynamic_conv():
         (lambda: engines.resolve('talk3d', 'cpu'), r"resolve: op must be one of \('long_conv1d'"),
         (lambda: engines.resolve('talk1d', 'cpu', engine='cuda'), r"talk: engine must be one of \('auto', 'native'"),
         (lambda: engines.resolve('long_conv1d', 'cpu', method='wavelet'), r"method must be one of \('auto', 'fft'"),
-        (lambda: engines.resolve('dynamic_conv1d', 'cpu', engine='triton'), r"engine must be one of \('auto', 'torch'"),
+        (
+            lambda: engines.resolve('dynamic_conv1d', 'cpu', engine='cuda'),
+            r"engine must be one of \('auto', 'torch', 'tr",
+        ),
         (lambda: engines.build_native('mrconvnext_nope'), r"unknown native extension 'mrconvnext_nope'"),
     ],
 )

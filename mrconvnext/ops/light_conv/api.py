@@ -39,12 +39,12 @@ from __future__ import annotations
 import torch
 
 from .. import engines
-from ..checks import autocast_off, check_choice
+from ..checks import autocast_off
 from ..long_conv import long_conv1d
 from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
 from .operators import dynamic_conv_op
 
-__all__ = ['light_conv1d', 'dynamic_conv1d']
+__all__ = ['light_conv1d', 'dynamic_conv1d', 'dynamic_softmax_conv1d']
 
 # ----------------------------------------------------------------------------------------------
 # LightConv
@@ -98,13 +98,13 @@ def dynamic_conv1d(
     x: ``(B, C, L)``; weight: ``(B, H, L, K)`` with ``C % H == 0``; bias: ``(C,)`` or None.
     Returns ``(B, C, L)``. Lags as in the module docstring.
 
-    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``: it accumulates the K taps with
-    shifted views of x (``engine``: ``'auto'`` or ``'torch'``, the only one yet). Peak extra memory ``O(B C L + B H L K)`` in forward and backward;
-    autograd keeps only x and the weights. ``weight`` given as a transposed view of a
-    contiguous ``(B, H, K, L)`` tensor is used without a copy.
+    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`):
+    ``'torch'`` accumulates the K taps with shifted views of x (peak extra memory ``O(B C L + B H L K)`` in forward
+    and backward; ``weight`` given as a transposed view of a contiguous ``(B, H, K, L)`` tensor is used without a
+    copy); ``'triton'`` runs the channels-last kernels of :mod:`.engine_triton` (the result then has a channels-last
+    layout, ``x.transpose(1, 2)`` contiguous). Autograd keeps only x and the weights.
     """
     name = 'dynamic_conv1d'
-    check_choice(name, 'engine', engine, engines.DYNAMIC_CONV_ENGINES)  # one engine so far: PyTorch ops
     x = check_x(name, x)
     weight = check_weight(name, x, weight)
     B, C, L = x.shape
@@ -119,6 +119,11 @@ def dynamic_conv1d(
     check_heads(name, C, H)
     check_bias(name, x, bias)
 
+    if engines.dynamic_conv_engine_constant(x.device.type, engine) == 'triton':
+        from .engine_triton import dynamic_conv_triton
+
+        y, _ = dynamic_conv_triton(x.transpose(1, 2), weight.transpose(1, 2), None, zero_lag_for(K, causal), False)
+        return add_bias(y.transpose(1, 2), bias)
     compute, out_dtype = compute_dtypes(x, weight)
     with autocast_off(x.device.type):
         x4 = x.to(compute).contiguous().view(B, H, C // H, L)
@@ -126,3 +131,57 @@ def dynamic_conv1d(
         y = dynamic_conv_op(x4, w_t, zero_lag_for(K, causal)).view(B, C, L)
         y = add_bias(y, bias)
     return y.to(out_dtype)
+
+
+def dynamic_softmax_conv1d(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    dropconnect: torch.Tensor | None = None,
+    engine: str = 'auto',
+) -> torch.Tensor:
+    """DynamicConv from its kernel logits: ``w = softmax_K(logits) * dropconnect``, then :func:`dynamic_conv1d`.
+
+    x: ``(B, C, L)`` (a channels-last map's ``(B, C, H*W)`` view is read in place by the Triton engine); logits:
+    ``(B, L, H, K)``, any strides (the Triton engine wants them contiguous, one GEMM on the ``(B*L, C)`` view of x
+    gives that; the PyTorch engine a view of a contiguous ``(B, H, K, L)``); dropconnect: DropConnect multipliers
+    of the logits' shape (0 or ``1 / (1 - p)``), or None; bias: ``(C,)`` or None. The softmax is taken in float32
+    (float64 for float64 logits). Returns ``(B, C, L)`` in ``promote_types(x.dtype, logits.dtype)``.
+
+    ``engine`` ('auto', 'torch', 'triton'): the Triton engine fuses the softmax, the multipliers and the taps into one
+    kernel (forward and backward, nothing of size ``(B, H, L, K)`` saved but the logits themselves) and returns a
+    channels-last layout; 'torch' normalizes with ``torch.softmax`` and runs the tap loop.
+    """
+    name = 'dynamic_softmax_conv1d'
+    x = check_x(name, x)
+    logits = check_weight(name, x, logits)
+    B, C, L = x.shape
+    if logits.ndim != 4 or logits.shape[0] != B or logits.shape[1] != L or logits.shape[3] < 1:
+        raise ValueError(
+            f'{name} expects logits of shape (B={B}, L={L}, H, K >= 1) for x of shape {tuple(x.shape)}, '
+            f'got {tuple(logits.shape)}'
+        )
+    H, K = logits.shape[2], logits.shape[3]
+    check_heads(name, C, H)
+    check_bias(name, x, bias)
+    if dropconnect is not None:
+        dropconnect = check_weight(name, x, dropconnect)
+        if dropconnect.shape != logits.shape:
+            raise ValueError(
+                f"{name} expects dropconnect multipliers of the logits' shape {tuple(logits.shape)}, "
+                f'got {tuple(dropconnect.shape)}'
+            )
+    if engines.dynamic_conv_engine_constant(x.device.type, engine) == 'triton':
+        from .engine_triton import dynamic_conv_triton
+
+        y, _ = dynamic_conv_triton(x.transpose(1, 2), logits, dropconnect, zero_lag_for(K, causal), True)
+        return add_bias(y.transpose(1, 2), bias)
+    acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    with autocast_off(x.device.type):
+        w = torch.softmax(logits.to(acc), dim=-1)
+        if dropconnect is not None:
+            w = w * dropconnect.to(acc)
+    y = dynamic_conv1d(x, w.transpose(1, 2), bias, causal=causal, engine='torch')
+    return y.to(torch.promote_types(x.dtype, logits.dtype))

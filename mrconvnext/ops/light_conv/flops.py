@@ -9,7 +9,7 @@ from torch.utils.flop_counter import register_flop_formula
 from . import operators  # noqa: F401 - defines the operators counted here
 from .checks import tap_span
 
-__all__ = ['dynamic_conv_flops', 'dynamic_conv_backward_flops']
+__all__ = ['dynamic_conv_flops', 'dynamic_conv_backward_flops', 'register_triton_flops']
 
 
 def _macs(x4_shape, taps: int, zero_lag: int) -> int:
@@ -30,3 +30,21 @@ def dynamic_conv_backward_flops(
 ) -> int:
     """One multiply-add per tap and output for ``grad_x`` and one for ``grad_w``."""
     return 2 * _macs(x4_shape, w_t_shape[2], zero_lag) * (int(need_x) + int(need_w))
+
+
+def register_triton_flops() -> None:
+    """The formulas of the Triton operators (:mod:`.engine_triton`, which calls this once defined): the same
+    multiply-adds, x given as ``(B, L, C)`` and the kernels as ``(B, L, H, K)`` (the softmax is not counted)."""
+
+    def channels_first(x_shape):
+        B, L, C = x_shape
+        return (B, 1, C, L)
+
+    @register_flop_formula(torch.ops.mrconvnext.dynamic_conv_triton)
+    def _(x_shape, logits_shape, drop_shape, zero_lag, softmax, *args, out_shape=None, **kwargs) -> int:
+        return 2 * _macs(channels_first(x_shape), logits_shape[3], zero_lag)
+
+    @register_flop_formula(torch.ops.mrconvnext.dynamic_conv_triton_backward)
+    def _(grad_shape, x_shape, logits_shape, drop_shape, lse_shape, zero_lag, softmax, need_dx, need_dlogits,
+          *args, out_shape=None, **kwargs) -> int:  # fmt: skip
+        return 2 * _macs(channels_first(x_shape), logits_shape[3], zero_lag) * (int(need_dx) + int(need_dlogits))

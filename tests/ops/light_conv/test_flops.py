@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mrconvnext.ops import dynamic_conv1d
+from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines
 
 
 def counted(fn) -> dict[str, int]:
@@ -26,3 +26,19 @@ def test_dynamic_conv_counts_the_taps_inside_the_sequence(causal):
     y = dynamic_conv1d(x, w, causal=causal)
     bwd = counted(lambda: y.backward(torch.ones_like(y)))
     assert bwd['mrconvnext.dynamic_conv_backward'] == 2 * (2 * B * C * inside)  # grad_x and grad_w
+
+
+@pytest.mark.skipif(engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu')))
+@pytest.mark.parametrize('K', [1, 4, 9])
+def test_dynamic_conv_triton_counts_the_same_taps(K):
+    B, C, H, L = 2, 6, 3, 7
+    x = torch.randn(B, C, L, requires_grad=True)
+    logits = torch.randn(B, L, H, K, requires_grad=True)
+    zero_lag = (K - 1) // 2
+    inside = sum(0 <= t - (k - zero_lag) < L for t in range(L) for k in range(K))
+    assert counted(lambda: dynamic_softmax_conv1d(x, logits, engine='triton')) == {
+        'mrconvnext.dynamic_conv_triton': 2 * B * C * inside
+    }
+    y = dynamic_softmax_conv1d(x, logits, engine='triton')
+    bwd = counted(lambda: y.backward(torch.ones_like(y)))
+    assert bwd['mrconvnext.dynamic_conv_triton_backward'] == 2 * (2 * B * C * inside)
