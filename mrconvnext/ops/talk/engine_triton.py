@@ -28,7 +28,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .autograd import register_talk1d_autograd, register_talk2d_autograd
-from .checks import acc_dtype, talk1d_out
+from .checks import acc_dtype, is_channels_last_1d, talk1d_out
 from .flops import register_talk_flops
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 _BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
+_CL_BLOCK_M, _CL_BLOCK_SCAN = 32, 32  # the same on channels-last maps: rows are channels, 32 of them one vector
+_CL_BLOCK_L, _CL_CHANNELS = 32, 64  # channels-last gathers: positions per program, channels per program
 _BLOCK_R, _BLOCK_L = 8, 128  # gather kernels: channels per step, positions per program
 
 
@@ -171,12 +173,14 @@ def scan_jit(
         carry = tl.sum(tl.where(last[None, :], c, 0.0), axis=1)
 
 
-def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
-    """Launch :func:`scan_jit` on 4-D views ``src`` and ``dst`` (same shape, any strides)."""
+def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool, channels_last: bool = False) -> None:
+    """Launch :func:`scan_jit` on 4-D views ``src`` and ``dst`` (same shape, any strides); ``channels_last``: the
+    rows ``M`` are channels adjacent in memory (a block of them is loaded as one vector per position)."""
     A1, A2, M, L = src.shape
     if src.numel() == 0:
         return
-    grid = (A1 * A2 * triton.cdiv(M, _BLOCK_M),)
+    block_m, block_l = (_CL_BLOCK_M, _CL_BLOCK_SCAN) if channels_last else (_BLOCK_M, _BLOCK_SCAN)
+    grid = (A1 * A2 * triton.cdiv(M, block_m),)
     wrap_triton(scan_jit)[grid](
         src,
         dst,
@@ -187,8 +191,8 @@ def _scan(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
         *dst.stride(),
         REVERSE=reverse,
         ACC_F64=dst.dtype == torch.float64 or src.dtype == torch.float64,
-        BLOCK_M=_BLOCK_M,
-        BLOCK_L=_BLOCK_SCAN,
+        BLOCK_M=block_m,
+        BLOCK_L=block_l,
     )
 
 
@@ -292,6 +296,85 @@ def talk1d_bwd_jit(
         tl.store(ob + 1, tl.where(live_e, acc_e * mr, 0.0), mask=lmask)
 
 
+@triton.jit
+def _cl_tile(L, heads, R, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Channels-last tiles: this program's image, positions ``t (BLOCK_L, BLOCK_H)`` (repeated per head), heads
+    ``h (BLOCK_H,)``, channels ``c (BLOCK_H, BLOCK_R)``, and the masks of ``(t, h)`` and of ``(t, h, r)``; the grid is
+    (position blocks, head blocks, images)."""
+    b = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(0).to(tl.int64) * BLOCK_L + tl.arange(0, BLOCK_L).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H).to(tl.int64)
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    c = h[:, None] * R + r[None, :]
+    om = (t < L)[:, None] & (h < heads)[None, :]
+    full = om[:, :, None] & (r < R)[None, None, :]
+    return b, t[:, None] + tl.zeros([BLOCK_L, BLOCK_H], dtype=tl.int64), h, c, om, full
+
+
+@triton.jit
+def talk1d_fwd_cl_jit(
+    x, P, off, y, C, L, R, heads, sxb, sxl, sob, soh, sol, sos, ml, mr, norm_hi, norm_lo,
+    BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Channels-last forward: ``x (B, L, C)`` (channel stride 1), ``P (B, L + 1, C)`` contiguous, ``y (B, L, C)``
+    contiguous. A window's two edges are found once per (position, head) and read as one vector of the head's R
+    adjacent channels."""
+    b, i, h, c, om, full = _cl_tile(L, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
+    ob = off + b * sob + h[None, :] * soh + i * sol
+    ks, fs, _ = _start_edge(i, tl.load(ob, mask=om, other=0.0) * ml, L)
+    ke, fe, _ = _end_edge(i, tl.load(ob + sos, mask=om, other=0.0) * mr, L)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    Pb = P + b * (L + 1) * C + c[None, :, :]
+    xb = x + b * sxb + c[None, :, :]
+    pe = tl.load(Pb + ke[:, :, None] * C, mask=full, other=0.0)
+    pe += fe[:, :, None] * tl.load(xb + ke[:, :, None] * sxl, mask=full, other=0.0).to(pe.dtype)
+    ps = tl.load(Pb + ks[:, :, None] * C, mask=full, other=0.0)
+    ps += fs[:, :, None] * tl.load(xb + ks[:, :, None] * sxl, mask=full, other=0.0).to(ps.dtype)
+    out = (pe - ps) / norm
+    tl.store(y + (b * L + i[:, :, None]) * C + c[None, :, :], out.to(y.dtype.element_ty), mask=full)
+
+
+@triton.jit
+def talk1d_bwd_cl_jit(
+    g, x, off, dP, doff, C, L, R, heads, sgb, sgl, sgc, sxb, sxl, sob, soh, sol, sos, ml, mr, norm_hi, norm_lo,
+    NEED_DX: tl.constexpr, NEED_DOFF: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Channels-last backward: ``dP (B, L + 1, C)`` by atomic adds of whole head vectors at the edges, ``doff
+    (B, heads, L, 2)`` contiguous reduced over the head's channels in registers."""
+    b, i, h, c, om, full = _cl_tile(L, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
+    ob = off + b * sob + h[None, :] * soh + i * sol
+    ds = tl.load(ob, mask=om, other=0.0)
+    ks, fs, live_s = _start_edge(i, ds * ml, L)
+    ke, fe, live_e = _end_edge(i, tl.load(ob + sos, mask=om, other=0.0) * mr, L)
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    gs = tl.load(g + b * sgb + i[:, :, None] * sgl + c[None, :, :] * sgc, mask=full, other=0.0).to(ds.dtype) / norm
+    if NEED_DX:
+        rows = dP + b * (L + 1) * C + c[None, :, :]
+        fe3, fs3 = fe[:, :, None], fs[:, :, None]
+        tl.atomic_add(rows + ke[:, :, None] * C, (1.0 - fe3) * gs, mask=full, sem='relaxed')
+        tl.atomic_add(rows + (ke[:, :, None] + 1) * C, fe3 * gs, mask=full, sem='relaxed')
+        tl.atomic_add(rows + ks[:, :, None] * C, -(1.0 - fs3) * gs, mask=full, sem='relaxed')
+        tl.atomic_add(rows + (ks[:, :, None] + 1) * C, -fs3 * gs, mask=full, sem='relaxed')
+    if NEED_DOFF:
+        xb = x + b * sxb + c[None, :, :]
+        acc_s = tl.sum(gs * tl.load(xb + ks[:, :, None] * sxl, mask=full, other=0.0).to(ds.dtype), axis=2)
+        acc_e = tl.sum(gs * tl.load(xb + ke[:, :, None] * sxl, mask=full, other=0.0).to(ds.dtype), axis=2)
+        od = doff + ((b * heads + h[None, :]) * L + i) * 2
+        tl.store(od, tl.where(live_s, acc_s * ml, 0.0), mask=om)
+        tl.store(od + 1, tl.where(live_e, acc_e * mr, 0.0), mask=om)
+
+
+def _cl_blocks(heads: int, R: int) -> dict[str, int]:
+    block_r = triton.next_power_of_2(R)
+    block_h = min(triton.next_power_of_2(heads), max(1, _CL_CHANNELS // block_r))
+    return dict(BLOCK_L=_CL_BLOCK_L, BLOCK_H=block_h, BLOCK_R=block_r)
+
+
+def _cl_grid(B: int, heads: int, L: int, blocks: dict[str, int]) -> tuple[int, int, int]:
+    return (triton.cdiv(L, blocks['BLOCK_L']), triton.cdiv(heads, blocks['BLOCK_H']), B)
+
+
 def _norm(*maxima: int) -> tuple[float, float]:
     """The normalizer ``(max_left + max_right + 1) [* (max_top + max_bottom + 1)]``, computed exactly on the host (in
     the kernel, 32-bit integer arithmetic overflowed for maxima near 2**31, or 46341 in 2-D), as two float32 parts
@@ -317,6 +400,8 @@ def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_rig
     y = talk1d_out(x)
     if x.numel() == 0:
         return y
+    if is_channels_last_1d(x):
+        return _talk1d_cl(x, offsets.to(acc), max_left, max_right, y)
     off = offsets.to(acc).contiguous()
     P = torch.empty((B, C, L + 1), dtype=acc, device=x.device)
     P[:, :, 0] = 0
@@ -338,10 +423,12 @@ def talk1d_triton_backward(
     need_dx: bool,
     need_doff: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dx (B, C, L) contiguous, doff in offsets' dtype)`` of :func:`talk1d_triton`; empty when not needed."""
+    """``(dx (B, C, L) laid out like x, doff in offsets' dtype)`` of :func:`talk1d_triton`; empty when not needed."""
     B, C, L = x.shape
     heads = offsets.shape[1]
     acc = acc_dtype(x.dtype)
+    if is_channels_last_1d(x) and x.numel() > 0 and (need_dx or need_doff):
+        return _talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
     off = offsets.to(acc).contiguous()
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else x.new_empty(0)
     doff = torch.empty(off.shape, dtype=acc, device=x.device) if need_doff else x.new_empty(0, dtype=acc)
@@ -355,6 +442,42 @@ def talk1d_triton_backward(
     )  # fmt: skip
     if need_dx:
         _scan(dP[:, :, 1:].unsqueeze(1), dx.unsqueeze(1), reverse=True)  # dx[j] = sum_{t > j} dP[t]
+    return dx, doff.to(offsets.dtype)
+
+
+def _talk1d_cl(x: torch.Tensor, off: torch.Tensor, max_left: int, max_right: int, y: torch.Tensor) -> torch.Tensor:
+    """Forward on a channels-last ``x``: the prefix table ``(B, L + 1, C)`` by one coalesced scan, then the gathers."""
+    B, C, L = x.shape
+    heads = off.shape[1]
+    P = torch.empty((B, L + 1, C), dtype=off.dtype, device=x.device)
+    P[:, 0] = 0
+    _scan(x.unsqueeze(1), P[:, 1:].transpose(1, 2).unsqueeze(1), reverse=False, channels_last=True)
+    blocks = _cl_blocks(heads, C // heads)
+    xt, yt = x.transpose(1, 2), y.transpose(1, 2)  # (B, L, C), channel stride 1
+    wrap_triton(talk1d_fwd_cl_jit)[_cl_grid(B, heads, L, blocks)](
+        xt, P, off, yt, C, L, C // heads, heads, xt.stride(0), xt.stride(1), *off.stride()[:3], off.stride(3),
+        max_left, max_right, *_norm(max_left, max_right), **blocks,
+    )  # fmt: skip
+    return y
+
+
+def _talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff):
+    """Backward on a channels-last ``x``: ``dx`` channels-last too (the suffix sum of ``dP`` by one coalesced scan)."""
+    B, C, L = x.shape
+    heads = offsets.shape[1]
+    off = offsets.to(acc_dtype(x.dtype))
+    dx = torch.empty_like(x) if need_dx else x.new_empty(0)
+    doff = torch.empty((B, heads, L, 2), dtype=off.dtype, device=x.device) if need_doff else off.new_empty(0)
+    dP = torch.zeros((B, L + 1, C), dtype=off.dtype, device=x.device) if need_dx else off
+    blocks = _cl_blocks(heads, C // heads)
+    xt, gt = x.transpose(1, 2), grad_y.to(x.dtype).transpose(1, 2)
+    wrap_triton(talk1d_bwd_cl_jit)[_cl_grid(B, heads, L, blocks)](
+        gt, xt, off, dP, doff if need_doff else off, C, L, C // heads, heads, *gt.stride(), xt.stride(0),
+        xt.stride(1), *off.stride()[:3], off.stride(3), max_left, max_right, *_norm(max_left, max_right),
+        NEED_DX=need_dx, NEED_DOFF=need_doff, **blocks,
+    )  # fmt: skip
+    if need_dx:  # dx[j] = sum_{t > j} dP[t]
+        _scan(dP[:, 1:].transpose(1, 2).unsqueeze(1), dx.unsqueeze(1), reverse=True, channels_last=True)
     return dx, doff.to(offsets.dtype)
 
 
@@ -456,8 +579,16 @@ def talk2d_bwd_jit(
         tl.store(ob + 3, tl.where(live_b, acc_b * mb, 0.0), mask=nmask)
 
 
-def _grid_2d(B: int, heads: int, N: int) -> tuple[int]:
-    return (B * heads * triton.cdiv(N, _BLOCK_L),)
+def _block_2d(acc: torch.dtype, backward: bool) -> int:
+    """Positions per 2-D program: 128, but 64 (forward) and 32 (backward) in float64, whose registers spilled at 128
+    on sm_90 (tests/ops/talk/test_engine_triton.py reads the cubins)."""
+    if acc != torch.float64:
+        return _BLOCK_L
+    return 32 if backward else 64
+
+
+def _grid_2d(B: int, heads: int, N: int, block: int) -> tuple[int]:
+    return (B * heads * triton.cdiv(N, block),)
 
 
 @triton_op('mrconvnext::talk2d_triton', mutates_args=())
@@ -479,10 +610,11 @@ def talk2d_triton(
     _scan(x, inner, reverse=False)  # rows
     _scan(inner.transpose(2, 3), inner.transpose(2, 3), reverse=False)  # columns, in place
     off = offsets.to(acc).contiguous()
-    wrap_triton(talk2d_fwd_jit)[_grid_2d(B, heads, H * W)](
+    block = _block_2d(acc, backward=False)
+    wrap_triton(talk2d_fwd_jit)[_grid_2d(B, heads, H * W, block)](
         P, off, y, C, H, W, C // heads, heads, max_left, max_right, max_top, max_bottom,
         *_norm(max_left, max_right, max_top, max_bottom),
-        BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
+        BLOCK_R=_BLOCK_R, BLOCK_N=block,
     )  # fmt: skip
     return y, P
 
@@ -509,10 +641,11 @@ def talk2d_triton_backward(
         return dx, doff.to(offsets.dtype)
     dP = torch.zeros_like(P) if need_dx else P
     g = grad_y.contiguous()
-    wrap_triton(talk2d_bwd_jit)[_grid_2d(B, heads, H * W)](
+    block = _block_2d(P.dtype, backward=True)
+    wrap_triton(talk2d_bwd_jit)[_grid_2d(B, heads, H * W, block)](
         g, P, off, dP, doff if need_doff else off, C, H, W, C // heads, heads,
         max_left, max_right, max_top, max_bottom, *_norm(max_left, max_right, max_top, max_bottom),
-        NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_N=_BLOCK_L,
+        NEED_DX=need_dx, NEED_DOFF=need_doff, BLOCK_R=_BLOCK_R, BLOCK_N=block,
     )  # fmt: skip
     if need_dx:
         inner = dP[:, :, 1:, 1:]

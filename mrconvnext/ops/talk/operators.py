@@ -214,7 +214,8 @@ def talk1d_backward_on_cuda(grad_y, x, offsets, max_left, max_right, need_dx, ne
     triton = _cuda_engine()
     if triton is None:
         return _backward_1d(TORCH_ENGINE, grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
-    return triton.talk1d_triton_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
+    dx, doff = triton.talk1d_triton_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
+    return dx.contiguous(), doff  # the operator's dx is contiguous (its fake says so); Triton's follows x's layout
 
 
 def talk2d_on_cuda(x, offsets, *maxes):

@@ -185,10 +185,11 @@ def test_integer_boundaries_follow_reference_convention(impl):
     B, C, H, L, ml, mr = 1, 4, 2, 13, 4, 3
     x = torch.randn(B, C, L, dtype=torch.float64)
     off = torch.stack([torch.randint(0, ml + 1, (B, H, L)) / ml, torch.randint(0, mr + 1, (B, H, L)) / mr], -1).double()
-    got = run_with_grads(talk1d, x, off, ml, mr, engine=impl)
     ref = run_with_grads(talk1d, x, off, ml, mr, engine='reference')
-    for a, b in zip(got, ref):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    for xl in (x, x.mT.contiguous().mT):  # contiguous and channels-last layouts
+        got = run_with_grads(talk1d, xl, off, ml, mr, engine=impl)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     # At offset 0 the gradient is that of opening the window: the neighbour's value.
     zero = torch.zeros(1, 1, 5, 2, dtype=torch.float64, requires_grad=True)
     xs = torch.arange(1.0, 6.0, dtype=torch.float64).view(1, 1, 5)
@@ -207,9 +208,12 @@ def test_integer_boundaries_follow_reference_convention(impl):
 
 
 @pytest.mark.parametrize('impl', [*IMPLS, 'reference'])
-def test_nan_offsets_propagate(impl):
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_nan_offsets_propagate(impl, layout):
     # 'reference' is the regression of issue 13: it cast the NaN boundary to an int64 index and crashed.
     x = torch.randn(1, 2, 6)
+    if layout == 'channels_last':
+        x = x.mT.contiguous().mT
     off = torch.rand(1, 1, 6, 2)
     off[0, 0, 3, 0] = float('nan')
     y = talk1d(x, off, 3, 3, engine=impl)
@@ -224,12 +228,13 @@ def test_nan_offsets_propagate(impl):
 
 
 @pytest.mark.parametrize('impl', IMPLS)
-@pytest.mark.parametrize('case', ['1d', '1d-causal', '2d'])
+@pytest.mark.parametrize('case', ['1d', '1d-causal', '1d-channels-last', '2d'])
 def test_gradcheck(impl, case):
     if case.startswith('1d'):
         B, C, H, L, ml = 2, 4, 2, 9, 4
         mr = 0 if case == '1d-causal' else 3
-        x = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
+        x = torch.randn(B, C, L, dtype=torch.float64)
+        x = (x.mT.contiguous().mT if case == '1d-channels-last' else x).requires_grad_()
         off = offsets_off_grid((B, H, L, 2), [ml, mr]).requires_grad_()
         fn = lambda a, o: talk1d(a, o, ml, mr, engine=impl)
     else:
@@ -281,6 +286,10 @@ def test_half_precision_long_sequence(impl, dtype):
     assert doff.dtype == torch.float32 and dx.dtype == dtype
     torch.testing.assert_close(dx.double(), dx_ref, rtol=2 * unit_roundoff, atol=1e-4)
     torch.testing.assert_close(doff.double(), doff_ref, rtol=1e-4, atol=1e-4)
+    xc = x.mT.contiguous().mT.requires_grad_()  # channels-last layout: the same gradients
+    dx_cl, doff_cl = torch.autograd.grad(talk1d(xc, og, ml, mr, engine=impl), (xc, og), gy)
+    torch.testing.assert_close(dx_cl.double(), dx_ref, rtol=2 * unit_roundoff, atol=1e-4)
+    torch.testing.assert_close(doff_cl.double(), doff_ref, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------ offsets dropout

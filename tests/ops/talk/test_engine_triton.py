@@ -12,6 +12,7 @@ import torch
 
 from mrconvnext.ops import engines
 from mrconvnext.ops.talk import operators, talk1d, talk1d_reference, talk2d, talk2d_reference
+from tests.hopper import assert_fits_hopper, compile_for_hopper
 from tests.limits import HANG_LIMIT_S
 
 triton_cpu = pytest.mark.skipif(
@@ -61,6 +62,12 @@ def test_triton_on_cpu_without_the_interpreter_is_a_clear_error():
     assert out.returncode == 0, out.stderr[-3000:]
 
 
+def talk1d_on_cuda_grad(x, off, g):
+    """``(dx, doff)`` of ``talk1d(engine='triton')`` for the cotangent ``g``."""
+    x, off = x.detach().requires_grad_(), off.detach().requires_grad_()
+    return torch.autograd.grad(talk1d(x, off, 4, 3, engine='triton'), (x, off), g)
+
+
 @triton_cpu
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_the_cuda_implementations_run_the_triton_engine(dtype):
@@ -77,6 +84,11 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
     rdx, rdoff = torch.autograd.grad(talk1d_reference(xr, offr, 4, 3), (xr, offr), g)
     torch.testing.assert_close(dx, rdx)
     torch.testing.assert_close(doff, rdoff)
+    # a channels-last x: the operator's dx stays contiguous, as its fake implementation says
+    xc = x.mT.contiguous().mT
+    dxc, doffc = operators.talk1d_backward_on_cuda(g, xc, off, 4, 3, True, True)
+    assert dxc.is_contiguous() and torch.equal(dxc, talk1d_on_cuda_grad(xc, off, g)[0])
+    torch.testing.assert_close(dxc, rdx)
     x2, off2 = torch.randn(2, 4, 5, 6, dtype=dtype), torch.rand(2, 2, 5, 6, 4, dtype=dtype)
     y2, P = operators.talk2d_on_cuda(x2, off2, 2, 1, 1, 2)
     assert torch.equal(y2, talk2d(x2, off2, 2, 1, 1, 2, engine='triton'))
@@ -89,57 +101,105 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
     torch.testing.assert_close(doff2, rdoff2)
 
 
-# Every kernel with the argument types the operators pass, float32 and float64 accumulation, bf16 storage.
-_COMPILE_ALL = textwrap.dedent(
-    """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from mrconvnext.ops.talk import engine_triton as tt
+def _kernels() -> list:
+    """Every kernel with the argument types and block sizes the operators pass: float32 and float64 accumulation,
+    bf16 storage; the channels-last kernels at TaLK-ConvNeXt-T's 16 channels per head."""
 
-    target = GPUTarget('cuda', 90, 32)
+    mod = 'mrconvnext.ops.talk.engine_triton'
     ce = 'constexpr'
-    i64s = lambda *names: {n: 'i64' for n in names}
-    blocks = dict(BLOCK_R=8, BLOCK_L=128)
-    done = 0
+    i64s = lambda *names: {n: 'i64' for n in names}  # noqa: E731
+    i32s = lambda *names: {n: 'i32' for n in names}  # noqa: E731
+    norm = dict(norm_hi='fp32', norm_lo='fp32')
+    out = []
     for acc, f64 in (('fp32', False), ('fp64', True)):
-        kernels = [
-            (tt.scan_jit, dict(src='*bf16', dst=f'*{acc}', A2='i32', M='i32', L='i32',
-                                   **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
-                                   REVERSE=ce, ACC_F64=ce, BLOCK_M=ce, BLOCK_L=ce),
+        blocks = dict(BLOCK_R=8, BLOCK_L=128)
+        cl = dict(BLOCK_L=32, BLOCK_H=4, BLOCK_R=16)
+        out += [
+            ('scan_jit', dict(src='*bf16', dst=f'*{acc}', **i32s('A2', 'M', 'L'),
+                              **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
+                              REVERSE=ce, ACC_F64=ce, BLOCK_M=ce, BLOCK_L=ce),
              dict(REVERSE=True, ACC_F64=f64, BLOCK_M=8, BLOCK_L=128)),
-            (tt.talk1d_fwd_jit, dict(x='*bf16', P=f'*{acc}', off=f'*{acc}', y='*bf16', C='i32', L='i32', R='i32',
-                                         heads='i32', **i64s('sxb', 'sxc', 'sxl', 'syb', 'syc', 'syl'), ml='i32',
-                                         mr='i32', norm_hi='fp32', norm_lo='fp32', BLOCK_R=ce, BLOCK_L=ce), blocks),
-            (tt.talk1d_bwd_jit, dict(g='*bf16', x='*bf16', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}', C='i32',
-                                         L='i32', R='i32', heads='i32', **i64s('sgb', 'sgc', 'sgl', 'sxb', 'sxc', 'sxl'),
-                                         ml='i32', mr='i32', norm_hi='fp32', norm_lo='fp32', NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_L=ce),
+            ('scan_jit', dict(src=f'*{acc}', dst='*bf16', **i32s('A2', 'M', 'L'),
+                              **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
+                              REVERSE=ce, ACC_F64=ce, BLOCK_M=ce, BLOCK_L=ce),
+             dict(REVERSE=True, ACC_F64=f64, BLOCK_M=32, BLOCK_L=32)),
+            ('talk1d_fwd_jit', dict(x='*bf16', P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'L', 'R', 'heads'),
+                                    **i64s('sxb', 'sxc', 'sxl', 'syb', 'syc', 'syl'), **i32s('ml', 'mr'), **norm,
+                                    BLOCK_R=ce, BLOCK_L=ce), blocks),
+            ('talk1d_bwd_jit', dict(g='*bf16', x='*bf16', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
+                                    **i32s('C', 'L', 'R', 'heads'), **i64s('sgb', 'sgc', 'sgl', 'sxb', 'sxc', 'sxl'),
+                                    **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_L=ce),
              dict(NEED_DX=True, NEED_DOFF=True, **blocks)),
-            (tt.talk2d_fwd_jit, dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', C='i32', H='i32', W='i32', R='i32',
-                                         heads='i32', ml='i32', mr='i32', mt='i32', mb='i32', norm_hi='fp32',
-                                         norm_lo='fp32', BLOCK_R=ce, BLOCK_N=ce),
-             dict(BLOCK_R=8, BLOCK_N=128)),
-            (tt.talk2d_bwd_jit, dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}', C='i32',
-                                         H='i32', W='i32', R='i32', heads='i32', ml='i32', mr='i32', mt='i32',
-                                         mb='i32', norm_hi='fp32', norm_lo='fp32', NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_N=ce),
-             dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=8, BLOCK_N=128)),
-        ]
-        for fn, signature, constexprs in kernels:
-            triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=target)
-            done += 1
-    print('compiled', done)
+            ('talk1d_fwd_cl_jit', dict(x='*bf16', P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'L', 'R', 'heads'),
+                                       **i64s('sxb', 'sxl', 'sob', 'soh', 'sol', 'sos'), **i32s('ml', 'mr'), **norm,
+                                       BLOCK_L=ce, BLOCK_H=ce, BLOCK_R=ce), cl),
+            ('talk1d_bwd_cl_jit', dict(g='*bf16', x='*bf16', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
+                                       **i32s('C', 'L', 'R', 'heads'),
+                                       **i64s('sgb', 'sgl', 'sgc', 'sxb', 'sxl', 'sob', 'soh', 'sol', 'sos'),
+                                       **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_L=ce, BLOCK_H=ce,
+                                       BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl)),
+            ('talk2d_fwd_jit', dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'H', 'W', 'R', 'heads'),
+                                    **i32s('ml', 'mr', 'mt', 'mb'), **norm, BLOCK_R=ce, BLOCK_N=ce),
+             dict(BLOCK_R=8, BLOCK_N=64 if f64 else 128)),
+            ('talk2d_bwd_jit', dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
+                                    **i32s('C', 'H', 'W', 'R', 'heads'), **i32s('ml', 'mr', 'mt', 'mb'), **norm,
+                                    NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_N=ce),
+             dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=8, BLOCK_N=32 if f64 else 128)),
+        ]  # fmt: skip
+    return [(mod, name, sig, const) for name, sig, const in out]
+
+
+def test_kernels_fit_hopper():
+    """Every kernel compiles for sm_90 without a GPU (Triton's pipeline to a cubin: catches what the interpreter
+    never sees, such as type-inconsistent loop variables), with no register spills (no stack or local memory, no
+    LDL/STL) and shared memory within a block's limit."""
+    pytest.importorskip('triton')
+    report = compile_for_hopper(_kernels())
+    assert len(report) == 16
+    assert_fits_hopper(report)
+
+
+_FAKE_CUDA_1D = textwrap.dedent(
+    """
+    import math
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from mrconvnext.ops.talk import talk1d
+    from mrconvnext.ops.talk.engine_triton import talk1d_triton_backward
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append((str(func), [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    B, C, L, heads = 32, 96, 3136, 6
+    with FakeTensorMode():
+        x = torch.randn(B, L, C, device='cuda', dtype=torch.bfloat16).transpose(1, 2)  # a flattened channels-last map
+        off = torch.rand(B, L, heads, 2, device='cuda').transpose(1, 2)  # as TaLKConv1d's projection gives them
+        ops = Ops()
+        with ops:
+            y = talk1d(x, off, L // 2, L // 2)
+            dx, doff = talk1d_triton_backward(torch.randn_like(y), x, off, L // 2, L // 2, True, True)
+    assert y.stride() == x.stride() and dx.stride() == x.stride(), (y.stride(), dx.stride())
+    names = [n for n, _ in ops.ops]
+    assert 'mrconvnext.talk1d_triton.default' in names, names
+    copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default',
+                                             'aten.contiguous.default') and o[1] and math.prod(o[1][0]) >= B * C * L]
+    assert not copies, copies
     """
 )
 
 
-def test_kernels_compile_for_hopper():
-    """Triton's compiler (front end to PTX and ptxas) accepts every kernel for sm_90 without a GPU: catches what
-    the interpreter never sees (type-inconsistent loop variables, unsupported ops). In a fresh process, without
-    the interpreter the kernels here were defined under."""
+def test_on_fake_cuda_channels_last_maps_are_read_in_place():
+    """TaLK 1-D on a flattened channels-last map (fake CUDA tensors, compiled kernels, fresh process): the channels-last
+    kernels run, nothing of the map's size is copied or cast, y and dx keep x's layout."""
     pytest.importorskip('triton')
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     proc = subprocess.run(
-        [sys.executable, '-c', _COMPILE_ALL], capture_output=True, text=True, env=env, timeout=HANG_LIMIT_S
+        [sys.executable, '-c', _FAKE_CUDA_1D], capture_output=True, text=True, env=env, timeout=HANG_LIMIT_S
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert 'compiled 10' in proc.stdout
