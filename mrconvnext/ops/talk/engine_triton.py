@@ -365,10 +365,16 @@ def talk1d_bwd_cl_jit(
         tl.store(od + 1, tl.where(live_e, acc_e * mr, 0.0), mask=om)
 
 
-def _cl_blocks(heads: int, R: int) -> dict[str, int]:
+def _cl_blocks(heads: int, R: int, block_l: int = _CL_BLOCK_L) -> dict[str, int]:
     block_r = triton.next_power_of_2(R)
     block_h = min(triton.next_power_of_2(heads), max(1, _CL_CHANNELS // block_r))
-    return dict(BLOCK_L=_CL_BLOCK_L, BLOCK_H=block_h, BLOCK_R=block_r)
+    return dict(BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_R=block_r)
+
+
+def _block_2d_cl(acc: torch.dtype, backward: bool) -> int:
+    """Positions per channels-last 2-D program (16 corner vectors per position and head): 8, and 16 for the float64
+    forward; the sizes at which sm_90 keeps everything in registers (tests/ops/talk/test_engine_triton.py)."""
+    return 16 if acc == torch.float64 and not backward else 8
 
 
 def _cl_grid(B: int, heads: int, L: int, blocks: dict[str, int]) -> tuple[int, int, int]:
@@ -579,6 +585,132 @@ def talk2d_bwd_jit(
         tl.store(ob + 3, tl.where(live_b, acc_b * mb, 0.0), mask=nmask)
 
 
+@triton.jit
+def scan2d_cl_jit(
+    src, dst, H, W, C, ssb, ssh, ssw, sdb, sdh, sdw,
+    REVERSE: tl.constexpr, ACC_F64: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """One pass of the 2-D inclusive scan on channels-last ``(B, H, W, C)`` views (channel stride 1):
+    ``dst[b, i, j, c] = sum_{i' <= i, j' <= j} src[b, i', j', c]`` (``>=`` both ways when REVERSE). A program holds
+    a row of ``BLOCK_C`` channels as the running column sums and walks the rows: x read once, the table written once."""
+    acc_ty = tl.float64 if ACC_F64 else tl.float32
+    b = tl.program_id(1).to(tl.int64)
+    c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C).to(tl.int64)
+    j = tl.arange(0, BLOCK_W).to(tl.int64)
+    col = W - 1 - j if REVERSE else j  # the suffix sums of a row are the prefix sums of the reversed row
+    mask = (j < W)[:, None] & (c < C)[None, :]
+    carry = tl.zeros([BLOCK_W, BLOCK_C], dtype=acc_ty)
+    for step in range(0, H):
+        row = H - 1 - step if REVERSE else step
+        v = tl.load(src + b * ssb + row * ssh + col[:, None] * ssw + c[None, :], mask=mask, other=0.0)
+        carry += tl.cumsum(v.to(acc_ty), axis=0)
+        tl.store(dst + b * sdb + row * sdh + col[:, None] * sdw + c[None, :], carry.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _corner_cl(Pb, C, w1, kv, fv, ku, fu, mask):
+    """Bilinear value and slopes d/du, d/dv of the channels-last integral images ``Pb`` (the ``(1, BLOCK_H,
+    BLOCK_R)`` channel pointers of one image) at ``(kv + fv, ku + fu)``, ``(BLOCK_N, BLOCK_H)`` each."""
+    p00 = Pb + ((kv * w1 + ku) * C)[:, :, None]
+    a = tl.load(p00, mask=mask, other=0.0)
+    b = tl.load(p00 + C, mask=mask, other=0.0)
+    c = tl.load(p00 + w1 * C, mask=mask, other=0.0)
+    d = tl.load(p00 + (w1 + 1) * C, mask=mask, other=0.0)
+    fv, fu = fv[:, :, None], fu[:, :, None]
+    val = (1.0 - fv) * ((1.0 - fu) * a + fu * b) + fv * ((1.0 - fu) * c + fu * d)
+    du = (1.0 - fv) * (b - a) + fv * (d - c)
+    dv = (1.0 - fu) * (c - a) + fu * (d - b)
+    return val, du, dv
+
+
+@triton.jit
+def _scatter_corner_cl(dPb, C, w1, kv, fv, ku, fu, g, mask):
+    """Adjoint of :func:`_corner_cl`'s value: ``g`` times its 4 weights added into ``dPb``, whole head vectors."""
+    p00 = dPb + ((kv * w1 + ku) * C)[:, :, None]
+    fv, fu = fv[:, :, None], fu[:, :, None]
+    gv, gf = (1.0 - fv) * g, fv * g
+    tl.atomic_add(p00, gv * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + C, gv * fu, mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + w1 * C, gf * (1.0 - fu), mask=mask, sem='relaxed')
+    tl.atomic_add(p00 + (w1 + 1) * C, gf * fu, mask=mask, sem='relaxed')
+
+
+@triton.jit
+def _edges_2d_cl(off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om):
+    """The four window edges of positions ``p (BLOCK_N, BLOCK_H)`` (flattened ``row * W + col``) and heads ``h``, from
+    offsets ``(B, heads, H * W, 4)`` with strides (sob, soh, sop, sos)."""
+    ob = off + b * sob + h[None, :] * soh + p * sop
+    row, col = p // W, p % W
+    kl, fl, live_l = _start_edge(col, tl.load(ob, mask=om, other=0.0) * ml, W)
+    kr, fr, live_r = _end_edge(col, tl.load(ob + sos, mask=om, other=0.0) * mr, W)
+    kt, ft, live_t = _start_edge(row, tl.load(ob + 2 * sos, mask=om, other=0.0) * mt, H)
+    kb, fb, live_b = _end_edge(row, tl.load(ob + 3 * sos, mask=om, other=0.0) * mb, H)
+    return kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b
+
+
+@triton.jit
+def talk2d_fwd_cl_jit(
+    P, off, y, C, H, W, R, heads, sob, soh, sop, sos, ml, mr, mt, mb, norm_hi, norm_lo,
+    BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Channels-last 2-D forward: ``P (B, H + 1, W + 1, C)`` contiguous, ``y (B, H, W, C)`` contiguous; the edges once
+    per (position, head), each corner a vector of the head's channels."""
+    N = H * W
+    b, p, h, c, om, full = _cl_tile(N, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d_cl(
+        off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om
+    )
+    w1 = W + 1
+    Pb = P + b * (H + 1) * w1 * C + c[None, :, :]
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    box, _, _ = _corner_cl(Pb, C, w1, kb, fb, kr, fr, full)
+    v, _, _ = _corner_cl(Pb, C, w1, kb, fb, kl, fl, full)
+    box -= v
+    v, _, _ = _corner_cl(Pb, C, w1, kt, ft, kr, fr, full)
+    box -= v
+    v, _, _ = _corner_cl(Pb, C, w1, kt, ft, kl, fl, full)
+    box += v
+    tl.store(y + (b * N + p[:, :, None]) * C + c[None, :, :], (box / norm).to(y.dtype.element_ty), mask=full)
+
+
+@triton.jit
+def talk2d_bwd_cl_jit(
+    g, P, off, dP, doff, C, H, W, R, heads, sgb, sgp, sgc, sob, soh, sop, sos, ml, mr, mt, mb, norm_hi, norm_lo,
+    NEED_DX: tl.constexpr, NEED_DOFF: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Channels-last 2-D backward: ``dP (B, H + 1, W + 1, C)`` by atomic adds of head vectors, ``doff (B, heads,
+    H * W, 4)`` contiguous reduced over the head's channels in registers."""
+    N = H * W
+    b, p, h, c, om, full = _cl_tile(N, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d_cl(
+        off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om
+    )
+    w1 = W + 1
+    plane = b * (H + 1) * w1 * C + c[None, :, :]
+    norm = tl.cast(norm_hi, off.dtype.element_ty) + tl.cast(norm_lo, off.dtype.element_ty)  # see _norm
+    gs = tl.load(g + b * sgb + p[:, :, None] * sgp + c[None, :, :] * sgc, mask=full, other=0.0).to(fl.dtype) / norm
+    if NEED_DX:
+        _scatter_corner_cl(dP + plane, C, w1, kb, fb, kr, fr, gs, full)
+        _scatter_corner_cl(dP + plane, C, w1, kb, fb, kl, fl, -gs, full)
+        _scatter_corner_cl(dP + plane, C, w1, kt, ft, kr, fr, -gs, full)
+        _scatter_corner_cl(dP + plane, C, w1, kt, ft, kl, fl, gs, full)
+    if NEED_DOFF:  # each corner's slopes reduced over the head's channels at once (few live tiles, no spills)
+        _, du, dv = _corner_cl(P + plane, C, w1, kb, fb, kr, fr, full)
+        acc_r, acc_b = tl.sum(gs * du, axis=2), tl.sum(gs * dv, axis=2)
+        _, du, dv = _corner_cl(P + plane, C, w1, kb, fb, kl, fl, full)
+        acc_l, acc_b = tl.sum(gs * du, axis=2), acc_b - tl.sum(gs * dv, axis=2)
+        _, du, dv = _corner_cl(P + plane, C, w1, kt, ft, kr, fr, full)
+        acc_r, acc_t = acc_r - tl.sum(gs * du, axis=2), tl.sum(gs * dv, axis=2)
+        _, du, dv = _corner_cl(P + plane, C, w1, kt, ft, kl, fl, full)
+        acc_l, acc_t = acc_l - tl.sum(gs * du, axis=2), acc_t - tl.sum(gs * dv, axis=2)
+        od = doff + ((b * heads + h[None, :]) * N + p) * 4
+        tl.store(od, tl.where(live_l, acc_l * ml, 0.0), mask=om)
+        tl.store(od + 1, tl.where(live_r, acc_r * mr, 0.0), mask=om)
+        tl.store(od + 2, tl.where(live_t, acc_t * mt, 0.0), mask=om)
+        tl.store(od + 3, tl.where(live_b, acc_b * mb, 0.0), mask=om)
+
+
 def _block_2d(acc: torch.dtype, backward: bool) -> int:
     """Positions per 2-D program: 128, but 64 (forward) and 32 (backward) in float64, whose registers spilled at 128
     on sm_90 (tests/ops/talk/test_engine_triton.py reads the cubins)."""
@@ -595,11 +727,14 @@ def _grid_2d(B: int, heads: int, N: int, block: int) -> tuple[int]:
 def talk2d_triton(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """TaLK 2-D forward: ``(y (B, C, H, W) contiguous, P (B, C, H + 1, W + 1))``, P the integral image in the
-    accumulation dtype (kept for the backward)."""
+    """TaLK 2-D forward: ``(y (B, C, H, W), P (B, C, H + 1, W + 1))``, P the integral image in the accumulation
+    dtype (kept for the backward). Both channels-last for a channels-last x (P then a view of a contiguous
+    ``(B, H + 1, W + 1, C)``), else contiguous."""
     B, C, H, W = x.shape
     heads = offsets.shape[1]
     acc = acc_dtype(x.dtype)
+    if _is_channels_last_2d(x) and x.numel() > 0:
+        return _talk2d_cl(x, offsets.to(acc), (max_left, max_right, max_top, max_bottom))
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     P = torch.empty((B, C, H + 1, W + 1), dtype=acc, device=x.device)
     P[:, :, 0, :] = 0
@@ -631,9 +766,13 @@ def talk2d_triton_backward(
     need_dx: bool,
     need_doff: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dx (B, C, H, W) contiguous, doff in offsets' dtype)`` of :func:`talk2d_triton` from its integral image."""
+    """``(dx (B, C, H, W), doff in offsets' dtype)`` of :func:`talk2d_triton` from its integral image; dx is
+    channels-last where P is (a channels-last forward), else contiguous."""
     B, C, H, W = grad_y.shape
     heads = offsets.shape[1]
+    if _is_channels_last_2d(P) and grad_y.numel() > 0 and (need_dx or need_doff):
+        maxes = (max_left, max_right, max_top, max_bottom)
+        return _talk2d_cl_backward(grad_y, P, offsets, maxes, need_dx, need_doff)
     off = offsets.to(P.dtype).contiguous()
     dx = torch.empty(grad_y.shape, dtype=grad_y.dtype, device=P.device) if need_dx else grad_y.new_empty(0)
     doff = torch.empty(off.shape, dtype=P.dtype, device=P.device) if need_doff else P.new_empty(0)
@@ -651,6 +790,65 @@ def talk2d_triton_backward(
         inner = dP[:, :, 1:, 1:]
         _scan(inner, inner, reverse=True)  # sum over u > c, in place
         _scan(inner.transpose(2, 3), dx.transpose(2, 3), reverse=True)  # then over v > r
+    return dx, doff.to(offsets.dtype)
+
+
+def _is_channels_last_2d(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def _scan2d_cl(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
+    """The 2-D inclusive (``reverse``: suffix) scan of ``(B, H, W, C)`` views with channel stride 1: one pass of
+    :func:`scan2d_cl_jit` for rows of up to 256 positions, else rows then columns by :func:`scan_jit`."""
+    B, H, W, C = src.shape
+    if W <= 256:
+        block_w = triton.next_power_of_2(W)
+        block_c = max(1, min(32, 4096 // block_w))
+        wrap_triton(scan2d_cl_jit)[(triton.cdiv(C, block_c), B)](
+            src, dst, H, W, C, src.stride(0), src.stride(1), src.stride(2), dst.stride(0), dst.stride(1),
+            dst.stride(2), REVERSE=reverse, ACC_F64=torch.float64 in (src.dtype, dst.dtype), BLOCK_W=block_w,
+            BLOCK_C=block_c,
+        )  # fmt: skip
+        return
+    _scan(src.permute(0, 1, 3, 2), dst.permute(0, 1, 3, 2), reverse, channels_last=True)  # rows
+    _scan(dst.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1), reverse, channels_last=True)  # then columns, in place
+
+
+def _talk2d_cl(x: torch.Tensor, off: torch.Tensor, maxes: tuple[int, int, int, int]):
+    """Forward on a channels-last ``x``: the integral image ``(B, H + 1, W + 1, C)`` in one pass, then the gathers."""
+    B, C, H, W = x.shape
+    heads = off.shape[1]
+    P = torch.empty((B, H + 1, W + 1, C), dtype=off.dtype, device=x.device)
+    P[:, 0] = 0
+    P[:, 1:, 0] = 0
+    _scan2d_cl(x.permute(0, 2, 3, 1), P[:, 1:, 1:], reverse=False)
+    y = torch.empty_like(x)  # channels-last
+    o = off.flatten(2, 3)  # (B, heads, H * W, 4)
+    blocks = _cl_blocks(heads, C // heads, _block_2d_cl(off.dtype, backward=False))
+    wrap_triton(talk2d_fwd_cl_jit)[_cl_grid(B, heads, H * W, blocks)](
+        P, o, y, C, H, W, C // heads, heads, *o.stride(), *maxes, *_norm(*maxes), **blocks,
+    )  # fmt: skip
+    return y, P.permute(0, 3, 1, 2)
+
+
+def _talk2d_cl_backward(grad_y, P, offsets, maxes, need_dx, need_doff):
+    """Backward from a channels-last integral image: ``dx`` channels-last (the suffix sums of ``dP`` in one pass)."""
+    B, C, H, W = grad_y.shape
+    heads = offsets.shape[1]
+    Pc = P.permute(0, 2, 3, 1)  # (B, H + 1, W + 1, C), contiguous
+    o = offsets.to(P.dtype).flatten(2, 3)
+    dx = torch.empty_like(grad_y, memory_format=torch.channels_last) if need_dx else grad_y.new_empty(0)
+    doff = torch.empty((B, heads, H * W, 4), dtype=P.dtype, device=P.device) if need_doff else P.new_empty(0)
+    dP = torch.zeros_like(Pc) if need_dx else Pc
+    g = grad_y.permute(0, 2, 3, 1).flatten(1, 2)  # (B, H * W, C)
+    blocks = _cl_blocks(heads, C // heads, _block_2d_cl(P.dtype, backward=True))
+    wrap_triton(talk2d_bwd_cl_jit)[_cl_grid(B, heads, H * W, blocks)](
+        g, Pc, o, dP, doff if need_doff else o, C, H, W, C // heads, heads, *g.stride(), *o.stride(), *maxes,
+        *_norm(*maxes), NEED_DX=need_dx, NEED_DOFF=need_doff, **blocks,
+    )  # fmt: skip
+    if need_dx:  # dx[r, c] = sum over v > r, u > c of dP[v, u]
+        _scan2d_cl(dP[:, 1:, 1:], dx.permute(0, 2, 3, 1), reverse=True)
+    doff = doff.view(offsets.shape) if need_doff else doff
     return dx, doff.to(offsets.dtype)
 
 

@@ -222,14 +222,16 @@ def talk2d_on_cuda(x, offsets, *maxes):
     triton = _cuda_engine()
     if triton is None:
         return _forward_2d(TORCH_ENGINE, x, offsets, *maxes)
-    return triton.talk2d_triton(x, offsets, *maxes)
+    y, P = triton.talk2d_triton(x, offsets, *maxes)
+    return y.contiguous(), P.contiguous()  # as the operator's fake says; Triton's follow a channels-last x
 
 
 def talk2d_backward_on_cuda(grad_y, P, offsets, *rest):
     triton = _cuda_engine()
     if triton is None:
         return _backward_2d(TORCH_ENGINE, grad_y, P, offsets, *rest)
-    return triton.talk2d_triton_backward(grad_y, P, offsets, *rest)
+    dx, doff = triton.talk2d_triton_backward(grad_y, P, offsets, *rest)
+    return dx.contiguous(), doff
 
 
 for _op, _impls in (

@@ -165,16 +165,24 @@ def test_1d_matches_reference(impl, dtype, case, layout):
 
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
-@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1)])
-def test_2d_matches_reference(impl, dtype, size):
+@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1), (3, 260)])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
+def test_2d_matches_reference(impl, dtype, size, layout):
+    """Rows of up to 256 positions take Triton's one-pass channels-last scan, longer ones (260) its two passes."""
     B, C, H = 2, 4, 2
     Hh, Ww = size
     maxes = (3, 2, 1, 4)
     x = torch.randn(B, C, Hh, Ww, dtype=dtype)
+    if layout != 'contiguous':
+        x = x.contiguous(memory_format=torch.channels_last)
     off = random_offsets((B, H, Hh, Ww, 4), list(maxes), dtype)
+    if layout.endswith('strided_offsets'):  # a (B, H, Hh, Ww, 4) view of (B, Hh, Ww, H, 4), as TaLKConv2d makes
+        off = off.permute(0, 2, 3, 1, 4).contiguous().permute(0, 3, 1, 2, 4)
     got = run_with_grads(talk2d, x, off, *maxes, engine=impl)
-    ref = run_with_grads(talk2d, x, off, *maxes, engine='reference')
-    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=2e-6)
+    ref = run_with_grads(talk2d, x.contiguous(), off.contiguous(), *maxes, engine='reference')
+    # float32: integral images of random maps grow like sqrt(H W), and their rounding with them
+    atol = 2e-6 * max(1.0, (Hh * Ww) ** 0.5 / 6)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=atol)
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         torch.testing.assert_close(a, b, **tol, msg=lambda m, n=name: f'{n}: {m}')
 
@@ -201,10 +209,11 @@ def test_integer_boundaries_follow_reference_convention(impl):
         [torch.randint(0, 3, (1, 1, 4, 5)) / 2 for _ in range(4)], -1
     ).double()  # 2-D, all corners on the grid
     x2 = torch.randn(1, 2, 4, 5, dtype=torch.float64)
-    got = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, engine=impl)
     ref = run_with_grads(talk2d, x2, off2, 2, 2, 2, 2, engine='reference')
-    for a, b in zip(got, ref):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    for xl in (x2, x2.contiguous(memory_format=torch.channels_last)):
+        got = run_with_grads(talk2d, xl, off2, 2, 2, 2, 2, engine=impl)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('impl', [*IMPLS, 'reference'])
@@ -220,7 +229,10 @@ def test_nan_offsets_propagate(impl, layout):
     assert torch.isnan(y[..., 3]).all() and not torch.isnan(y[..., :3]).any()
     off2 = torch.rand(1, 1, 3, 4, 4)
     off2[0, 0, 1, 2, 1] = float('nan')
-    y2 = talk2d(torch.randn(1, 2, 3, 4), off2, 2, 2, 1, 1, engine=impl)
+    x2 = torch.randn(1, 2, 3, 4)
+    if layout == 'channels_last':
+        x2 = x2.contiguous(memory_format=torch.channels_last)
+    y2 = talk2d(x2, off2, 2, 2, 1, 1, engine=impl)
     assert torch.isnan(y2[..., 1, 2]).all() and torch.isnan(y2).sum() == 2
 
 
@@ -228,7 +240,7 @@ def test_nan_offsets_propagate(impl, layout):
 
 
 @pytest.mark.parametrize('impl', IMPLS)
-@pytest.mark.parametrize('case', ['1d', '1d-causal', '1d-channels-last', '2d'])
+@pytest.mark.parametrize('case', ['1d', '1d-causal', '1d-channels-last', '2d', '2d-channels-last'])
 def test_gradcheck(impl, case):
     if case.startswith('1d'):
         B, C, H, L, ml = 2, 4, 2, 9, 4
@@ -240,7 +252,10 @@ def test_gradcheck(impl, case):
     else:
         B, C, H, Hh, Ww = 1, 4, 2, 4, 5
         maxes = (2, 3, 2, 1)
-        x = torch.randn(B, C, Hh, Ww, dtype=torch.float64, requires_grad=True)
+        x = torch.randn(B, C, Hh, Ww, dtype=torch.float64)
+        if case == '2d-channels-last':
+            x = x.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_()
         off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes)).requires_grad_()
         fn = lambda a, o: talk2d(a, o, *maxes, engine=impl)
     # the interpreter runs each Triton launch in ~0.1 s: fast mode (random vector-Jacobian products) keeps it short
@@ -290,6 +305,29 @@ def test_half_precision_long_sequence(impl, dtype):
     dx_cl, doff_cl = torch.autograd.grad(talk1d(xc, og, ml, mr, engine=impl), (xc, og), gy)
     torch.testing.assert_close(dx_cl.double(), dx_ref, rtol=2 * unit_roundoff, atol=1e-4)
     torch.testing.assert_close(doff_cl.double(), doff_ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_2d_half_precision_channels_last(impl, dtype):
+    """fp16 / bf16 maps (channels-last and contiguous): integral image and positions in float32, so y, dx and doffsets
+    are the float64 results rounded once (bf16 under the interpreter: truncation, twice the bound)."""
+    B, C, H, Hh, Ww, maxes = 2, 8, 2, 14, 15, (7, 7, 7, 7)
+    x = (torch.randn(B, C, Hh, Ww) + 1.0).to(dtype)
+    off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes), torch.float32)
+    gy = torch.randn(B, C, Hh, Ww).to(dtype)
+    x64, o64 = x.double().requires_grad_(), off.double().requires_grad_()
+    y_ref = talk2d_reference(x64, o64, *maxes)
+    dx_ref, doff_ref = torch.autograd.grad(y_ref, (x64, o64), gy.double())
+    unit = torch.finfo(dtype).eps / 2 * (2 if impl == 'triton' and talk_triton_interpreted() else 1)
+    for xl in (x, x.contiguous(memory_format=torch.channels_last)):
+        xg, og = xl.detach().requires_grad_(), off.detach().requires_grad_()
+        y = talk2d(xg, og, *maxes, engine=impl)
+        dx, doff = torch.autograd.grad(y, (xg, og), gy)
+        assert y.dtype == dx.dtype == dtype and doff.dtype == torch.float32
+        torch.testing.assert_close(y.double(), y_ref, rtol=2 * unit, atol=1e-4)
+        torch.testing.assert_close(dx.double(), dx_ref, rtol=2 * unit, atol=1e-4)
+        torch.testing.assert_close(doff.double(), doff_ref, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------ offsets dropout

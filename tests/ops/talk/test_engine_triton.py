@@ -114,6 +114,7 @@ def _kernels() -> list:
     for acc, f64 in (('fp32', False), ('fp64', True)):
         blocks = dict(BLOCK_R=8, BLOCK_L=128)
         cl = dict(BLOCK_L=32, BLOCK_H=4, BLOCK_R=16)
+        cl2 = dict(cl, BLOCK_L=8)  # the channels-last 2-D kernels' positions per program
         out += [
             ('scan_jit', dict(src='*bf16', dst=f'*{acc}', **i32s('A2', 'M', 'L'),
                               **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
@@ -145,6 +146,20 @@ def _kernels() -> list:
                                     **i32s('C', 'H', 'W', 'R', 'heads'), **i32s('ml', 'mr', 'mt', 'mb'), **norm,
                                     NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_N=ce),
              dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=8, BLOCK_N=32 if f64 else 128)),
+            ('scan2d_cl_jit', dict(src='*bf16', dst=f'*{acc}', **i32s('H', 'W', 'C'),
+                                   **i64s('ssb', 'ssh', 'ssw', 'sdb', 'sdh', 'sdw'), REVERSE=ce, ACC_F64=ce,
+                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=False, ACC_F64=f64, BLOCK_W=64, BLOCK_C=32)),
+            ('scan2d_cl_jit', dict(src=f'*{acc}', dst='*bf16', **i32s('H', 'W', 'C'),
+                                   **i64s('ssb', 'ssh', 'ssw', 'sdb', 'sdh', 'sdw'), REVERSE=ce, ACC_F64=ce,
+                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=True, ACC_F64=f64, BLOCK_W=256, BLOCK_C=16)),
+            ('talk2d_fwd_cl_jit', dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'H', 'W', 'R', 'heads'),
+                                       **i64s('sob', 'soh', 'sop', 'sos'), **i32s('ml', 'mr', 'mt', 'mb'), **norm,
+                                       BLOCK_L=ce, BLOCK_H=ce, BLOCK_R=ce), dict(cl, BLOCK_L=16 if f64 else 8)),
+            ('talk2d_bwd_cl_jit', dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
+                                       **i32s('C', 'H', 'W', 'R', 'heads'),
+                                       **i64s('sgb', 'sgp', 'sgc', 'sob', 'soh', 'sop', 'sos'),
+                                       **i32s('ml', 'mr', 'mt', 'mb'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_L=ce,
+                                       BLOCK_H=ce, BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl2)),
         ]  # fmt: skip
     return [(mod, name, sig, const) for name, sig, const in out]
 
@@ -155,7 +170,7 @@ def test_kernels_fit_hopper():
     LDL/STL) and shared memory within a block's limit."""
     pytest.importorskip('triton')
     report = compile_for_hopper(_kernels())
-    assert len(report) == 16
+    assert len(report) == 24
     assert_fits_hopper(report)
 
 
@@ -166,7 +181,7 @@ _FAKE_CUDA_1D = textwrap.dedent(
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from mrconvnext.ops.talk import talk1d
-    from mrconvnext.ops.talk.engine_triton import talk1d_triton_backward
+    from mrconvnext.ops.talk.engine_triton import talk1d_triton_backward, talk2d_triton, talk2d_triton_backward
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -190,13 +205,28 @@ _FAKE_CUDA_1D = textwrap.dedent(
     copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default',
                                              'aten.contiguous.default') and o[1] and math.prod(o[1][0]) >= B * C * L]
     assert not copies, copies
+
+    B, C, H, W = 32, 192, 28, 28  # TaLK-2D, stage 2
+    with FakeTensorMode():
+        x = torch.randn(B, C, H, W, device='cuda', dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        off = torch.rand(B, H, W, 12, 4, device='cuda').permute(0, 3, 1, 2, 4)  # as TaLKConv2d's projection gives
+        ops = Ops()
+        with ops:
+            y, P = talk2d_triton(x, off, 14, 14, 14, 14)
+            dx, doff = talk2d_triton_backward(torch.randn_like(y), P, off, 14, 14, 14, 14, True, True)
+    assert y.is_contiguous(memory_format=torch.channels_last) and dx.is_contiguous(memory_format=torch.channels_last)
+    assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1 and doff.shape == off.shape
+    copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default',
+                                             'aten.contiguous.default') and o[1] and math.prod(o[1][0]) >= B * C * H * W]
+    assert not copies, copies
     """
 )
 
 
 def test_on_fake_cuda_channels_last_maps_are_read_in_place():
-    """TaLK 1-D on a flattened channels-last map (fake CUDA tensors, compiled kernels, fresh process): the channels-last
-    kernels run, nothing of the map's size is copied or cast, y and dx keep x's layout."""
+    """TaLK 1-D on a flattened channels-last map and TaLK 2-D on a channels-last map (fake CUDA tensors, compiled
+    kernels, fresh process): nothing of the map's size is copied or cast, y and dx keep x's layout (the 2-D integral
+    image too)."""
     pytest.importorskip('triton')
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     proc = subprocess.run(
