@@ -29,9 +29,10 @@ _DRIVER = textwrap.dedent(
     bin_dir = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
     target = GPUTarget('cuda', 90, 32)
     out = []
-    for module, name, signature, constexprs in json.loads(sys.argv[1]):
+    for module, name, signature, constexprs, *options in json.loads(sys.argv[1]):
         fn = getattr(importlib.import_module(module), name)
-        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=target)
+        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        kernel = triton.compile(src, target=target, options=options[0] if options else None)
         with tempfile.NamedTemporaryFile(suffix='.cubin', delete=False) as f:
             f.write(kernel.asm['cubin'])
         usage = subprocess.run([os.path.join(bin_dir, 'cuobjdump'), '-res-usage', f.name], capture_output=True,
@@ -49,8 +50,9 @@ _DRIVER = textwrap.dedent(
 )
 
 
-def compile_for_hopper(kernels: list[tuple[str, str, dict, dict]]) -> list[dict]:
-    """``kernels``: ``(module, function name, signature, constexprs)``. Returns one dict per kernel: ``REG``,
+def compile_for_hopper(kernels: list[tuple]) -> list[dict]:
+    """``kernels``: ``(module, function name, signature, constexprs[, options])``, options as the launch gives them
+    (``num_warps``). Returns one dict per kernel: ``REG``,
     ``STACK``, ``LOCAL``, ``SHARED`` (bytes), ``local_ops`` (LDL/STL instructions), ``wgmma`` (HGMMA in the SASS),
     ``num_warps``, with its name and constexprs."""
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}

@@ -80,10 +80,13 @@ def test_per_device_operators_run_triton_on_cuda(dtype):
 
 @pytest.mark.parametrize('dtype,tol', [(torch.float64, 1e-12), (torch.float32, 2e-6)])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
-@pytest.mark.parametrize('case', ['bidirectional', 'causal', 'max>L', 'long'])
+@pytest.mark.parametrize('case', ['bidirectional', 'causal', 'max>L', 'long', 'short'])
 def test_talk1d_against_float64_reference(dtype, tol, layout, case):
+    """'short': a stage-3 row (196 positions), the one-launch plane kernels in float32."""
     B, C, H, L, ml, mr = 2, 16, 4, 777, 40, 33
-    if case == 'causal':
+    if case == 'short':
+        B, C, H, L, ml, mr = 4, 64, 4, 196, 98, 98
+    elif case == 'causal':
         mr = 0
     elif case == 'max>L':
         ml, mr = 900, 1000
@@ -112,17 +115,23 @@ def test_talk1d_half_rounds_once(dtype):
     assert ((y.double() - ref).abs() <= bound).all()
 
 
-@pytest.mark.parametrize('dtype,tol', [(torch.float64, 1e-12), (torch.float32, 2e-6)])
-@pytest.mark.parametrize('size', [(56, 56), (7, 9), (1, 33)])
-def test_talk2d_against_float64_reference(dtype, tol, size):
-    B, C, H = 2, 12, 3
+@pytest.mark.parametrize('dtype,tol', [(torch.float64, 1e-12), (torch.float32, 2e-6), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize('size', [(56, 56), (7, 9), (1, 33), (5, 300)])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_talk2d_against_float64_reference(dtype, tol, size, layout):
+    """channels_last: the channels-last kernels (one-pass integral image, two passes for rows over 256)."""
+    B, C, H = 2, 32, 2
     maxes = (size[1] // 2, size[1] // 2, size[0] // 2, size[0] // 2)
     x = torch.randn(B, C, *size, dtype=dtype)
+    if layout == 'channels_last':
+        x = x.contiguous(memory_format=torch.channels_last)
     off = random_offsets((B, H, *size, 4), list(maxes), dtype)
     got = grads(lambda a, o: talk2d(a, o, *maxes, engine='triton'), [x.to(DEV), off.to(DEV)])
     ref = grads(lambda a, o: talk2d_reference(a, o, *maxes), [x.double(), off.double()])
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
         assert rel_err(a, b) < tol, name
+    if layout == 'channels_last' and min(size) > 1:
+        assert got[0].is_contiguous(memory_format=torch.channels_last)
 
 
 def test_talk_integer_boundaries_and_nan():

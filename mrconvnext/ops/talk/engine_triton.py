@@ -15,6 +15,21 @@ Triton functions (``@triton.jit``)
     ``talk{1,2}d_bwd_jit``: the same loop; ``dP`` (the gradient w.r.t. the prefix table) by atomic adds, then
     ``dx`` is its suffix sum; the offset gradients are reduced over the head's channels in registers. Float atomic
     adds make ``dx``'s rounding order vary from run to run (not bitwise deterministic, like ``index_add_`` on CUDA).
+    These are the kernels of channels-first (contiguous) maps.
+
+Channels-last maps (a flattened channels-last ``(B, C, H*W)`` view, or a channels-last ``(B, C, H, W)``), as
+ConvNeXt blocks hand them over, take kernels that keep a head's channels together: ``scan_jit`` with blocks of 32
+adjacent channels (1-D), ``scan2d_cl_jit`` (the 2-D integral image ``(B, H + 1, W + 1, C)`` in one pass, walking
+rows with the column sums in registers; rows over 256 positions take two ``scan_jit`` passes), and
+``talk{1,2}d_{fwd,bwd}_cl_jit``: one program per (image, block of positions, block of heads) finds each window's
+edges once per (position, head) and gathers (or, backward, atomically adds) the head's channels as one vector.
+Outputs and ``dx`` keep the input's layout.
+
+Short rows (1-D, ``L <= PLANE_MAX_LENGTH``, float32 accumulation): ``talk1d_plane_{fwd,bwd}_jit`` run in one launch
+with a whole (image, head) plane per program and no prefix table: the windows of a block of positions are a
+``(BLOCK_T, L)`` weight matrix (``[j < k_end] + f_end [j = k_end] - [j < k_start] - f_start [j = k_start]``)
+applied to the plane by one float32 product (``input_precision=PRECISION``); the backward is the transposed product
+(no atomics, deterministic) and gathers of x at the edges.
 
 Devices
     CUDA tensors; CPU tensors when ``TRITON_INTERPRET=1`` was set before this module was first imported (Triton's
@@ -32,6 +47,7 @@ from .checks import acc_dtype, is_channels_last_1d, talk1d_out
 from .flops import register_talk_flops
 
 __all__ = [
+    'PLANE_MAX_LENGTH',
     'interpreted',
     'talk1d_triton',
     'talk1d_triton_backward',
@@ -40,6 +56,13 @@ __all__ = [
     'scan_jit',
     'talk1d_fwd_jit',
     'talk1d_bwd_jit',
+    'talk1d_fwd_cl_jit',
+    'talk1d_bwd_cl_jit',
+    'talk1d_plane_fwd_jit',
+    'talk1d_plane_bwd_jit',
+    'scan2d_cl_jit',
+    'talk2d_fwd_cl_jit',
+    'talk2d_bwd_cl_jit',
     'talk2d_fwd_jit',
     'talk2d_bwd_jit',
 ]
@@ -47,6 +70,12 @@ __all__ = [
 _BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
 _CL_BLOCK_M, _CL_BLOCK_SCAN = 32, 32  # the same on channels-last maps: rows are channels, 32 of them one vector
 _CL_BLOCK_L, _CL_CHANNELS = 32, 64  # channels-last gathers: positions per program, channels per program
+_PLANE_BLOCK_T, _PLANE_BLOCK_J = 16, 64  # plane kernels: outputs per step, inputs per product
+
+# 1-D rows of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one launch, a
+# (image, head) plane per program, with no prefix table and no atomics (talk1d_plane_*_jit); longer rows take the
+# scan and the gathers. Provisional: from the launch count and the plane's L multiply-adds per element, not timed.
+PLANE_MAX_LENGTH = 256
 _BLOCK_R, _BLOCK_L = 8, 128  # gather kernels: channels per step, positions per program
 
 
@@ -365,6 +394,111 @@ def talk1d_bwd_cl_jit(
         tl.store(od + 1, tl.where(live_e, acc_e * mr, 0.0), mask=om)
 
 
+@triton.jit
+def _window_weights(j, ks, fs, ke, fe):
+    """``(BLOCK_T, BLOCK_N)``: the weight of input ``j`` in the windows with edges ``(ks, fs)``, ``(ke, fe)``
+    (``(BLOCK_T,)`` each): ``[j < ke] + fe [j = ke] - [j < ks] - fs [j = ks]``, what ``P[ke] + fe x[ke] - P[ks] -
+    fs x[ks]`` adds up. A NaN fraction stays in its own column."""
+    jj = j[None, :]
+    end = (jj < ke[:, None]).to(fe.dtype) + tl.where(jj == ke[:, None], fe[:, None], 0.0)
+    start = (jj < ks[:, None]).to(fs.dtype) + tl.where(jj == ks[:, None], fs[:, None], 0.0)
+    return end - start
+
+
+@triton.jit
+def _plane_edges(off, b, h, t, tmask, L, sob, soh, sol, sos, ml, mr):
+    ob = off + b * sob + h * soh + t * sol
+    ks, fs, live_s = _start_edge(t, tl.load(ob, mask=tmask, other=0.0) * ml, L)
+    ke, fe, live_e = _end_edge(t, tl.load(ob + sos, mask=tmask, other=0.0) * mr, L)
+    return ks, fs, live_s, ke, fe, live_e
+
+
+@triton.jit
+def talk1d_plane_fwd_jit(
+    x, off, y, L, R, heads, sxb, sxc, sxl, syb, syc, syl, sob, soh, sol, sos, ml, mr, norm_hi, norm_lo,
+    PRECISION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Short rows in one launch, no prefix table: one program per (image, head) walks its plane ``(L, R)``; each
+    block of ``BLOCK_T`` outputs is the window matrix times the plane, ``BLOCK_J`` inputs per product."""
+    pid = tl.program_id(0).to(tl.int64)
+    b, h = pid // heads, pid % heads
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    c = h * R + r
+    rmask = r < R
+    xb = x + b * sxb + c[None, :] * sxc
+    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    for t0 in range(0, L, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+        tmask = t < L
+        ks, fs, _, ke, fe, _ = _plane_edges(off, b, h, t, tmask, L, sob, soh, sol, sos, ml, mr)
+        out = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+        for j0 in range(0, L, BLOCK_J):
+            j = j0 + tl.arange(0, BLOCK_J).to(tl.int64)
+            xs = tl.load(xb + j[:, None] * sxl, mask=(j < L)[:, None] & rmask[None, :], other=0.0).to(tl.float32)
+            out += tl.dot(_window_weights(j, ks, fs, ke, fe), xs, input_precision=PRECISION)
+        mask = tmask[:, None] & rmask[None, :]
+        tl.store(y + b * syb + c[None, :] * syc + t[:, None] * syl, (out / norm).to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def talk1d_plane_bwd_jit(
+    g, x, off, dx, doff, L, R, heads, sgb, sgc, sgl, sxb, sxc, sxl, sdb, sdc, sdl, sob, soh, sol, sos, ml, mr,
+    norm_hi, norm_lo, NEED_DX: tl.constexpr, NEED_DOFF: tl.constexpr, PRECISION: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`talk1d_plane_fwd_jit`, no atomics: each block of ``BLOCK_J`` inputs' ``dx`` is the
+    transposed window matrices times the output gradient, summed over the position blocks; the offsets' gradients
+    gather x at the edges (``doff (B, heads, L, 2)`` contiguous)."""
+    pid = tl.program_id(0).to(tl.int64)
+    b, h = pid // heads, pid % heads
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    c = h * R + r
+    rmask = r < R
+    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    gb = g + b * sgb + c[None, :] * sgc
+    if NEED_DX:
+        for j0 in range(0, L, BLOCK_J):
+            j = j0 + tl.arange(0, BLOCK_J).to(tl.int64)
+            acc = tl.zeros([BLOCK_J, BLOCK_R], dtype=tl.float32)
+            for t0 in range(0, L, BLOCK_T):
+                t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+                tmask = t < L
+                ks, fs, _, ke, fe, _ = _plane_edges(off, b, h, t, tmask, L, sob, soh, sol, sos, ml, mr)
+                gs = tl.load(gb + t[:, None] * sgl, mask=tmask[:, None] & rmask[None, :], other=0.0).to(tl.float32)
+                acc += tl.dot(tl.trans(_window_weights(j, ks, fs, ke, fe)), gs, input_precision=PRECISION)
+            dmask = (j < L)[:, None] & rmask[None, :]
+            tl.store(
+                dx + b * sdb + c[None, :] * sdc + j[:, None] * sdl, (acc / norm).to(dx.dtype.element_ty), mask=dmask
+            )
+    if NEED_DOFF:
+        xb = x + b * sxb + c[None, :] * sxc
+        for t0 in range(0, L, BLOCK_T):
+            t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+            tmask = t < L
+            mask = tmask[:, None] & rmask[None, :]
+            ks, fs, live_s, ke, fe, live_e = _plane_edges(off, b, h, t, tmask, L, sob, soh, sol, sos, ml, mr)
+            gs = tl.load(gb + t[:, None] * sgl, mask=mask, other=0.0).to(tl.float32) / norm
+            acc_s = tl.sum(gs * tl.load(xb + ks[:, None] * sxl, mask=mask, other=0.0).to(tl.float32), axis=1)
+            acc_e = tl.sum(gs * tl.load(xb + ke[:, None] * sxl, mask=mask, other=0.0).to(tl.float32), axis=1)
+            od = doff + ((b * heads + h) * L + t) * 2
+            tl.store(od, tl.where(live_s, acc_s * ml, 0.0), mask=tmask)
+            tl.store(od + 1, tl.where(live_e, acc_e * mr, 0.0), mask=tmask)
+
+
+def _plane_blocks(R: int) -> dict:
+    """Plane kernels: outputs per step, inputs per product, channels (a product needs 16 at least), and the products'
+    float32 precision ('ieee': exact float32 multiply-adds; the interpreter computes in float32 whatever it says)."""
+    block_r = max(16, triton.next_power_of_2(R))
+    return dict(PRECISION='ieee', BLOCK_T=_PLANE_BLOCK_T, BLOCK_J=_PLANE_BLOCK_J, BLOCK_R=block_r)
+
+
+def _plane_applies(x: torch.Tensor, heads: int) -> bool:
+    """The one-launch plane kernels: float32 accumulation (float16 / bfloat16 / float32 maps), rows of at most
+    :data:`PLANE_MAX_LENGTH` positions, heads of at most 64 channels."""
+    B, C, L = x.shape
+    return acc_dtype(x.dtype) == torch.float32 and L <= PLANE_MAX_LENGTH and C // heads <= 64
+
+
 def _cl_blocks(heads: int, R: int, block_l: int = _CL_BLOCK_L) -> dict[str, int]:
     block_r = triton.next_power_of_2(R)
     block_h = min(triton.next_power_of_2(heads), max(1, _CL_CHANNELS // block_r))
@@ -406,6 +540,8 @@ def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_rig
     y = talk1d_out(x)
     if x.numel() == 0:
         return y
+    if _plane_applies(x, heads):
+        return _talk1d_plane(x, offsets.to(acc), max_left, max_right, y)
     if is_channels_last_1d(x):
         return _talk1d_cl(x, offsets.to(acc), max_left, max_right, y)
     off = offsets.to(acc).contiguous()
@@ -433,6 +569,8 @@ def talk1d_triton_backward(
     B, C, L = x.shape
     heads = offsets.shape[1]
     acc = acc_dtype(x.dtype)
+    if x.numel() > 0 and (need_dx or need_doff) and _plane_applies(x, heads):
+        return _talk1d_plane_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
     if is_channels_last_1d(x) and x.numel() > 0 and (need_dx or need_doff):
         return _talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
     off = offsets.to(acc).contiguous()
@@ -448,6 +586,34 @@ def talk1d_triton_backward(
     )  # fmt: skip
     if need_dx:
         _scan(dP[:, :, 1:].unsqueeze(1), dx.unsqueeze(1), reverse=True)  # dx[j] = sum_{t > j} dP[t]
+    return dx, doff.to(offsets.dtype)
+
+
+def _talk1d_plane(x: torch.Tensor, off: torch.Tensor, max_left: int, max_right: int, y: torch.Tensor) -> torch.Tensor:
+    """Forward of short rows: one launch of :func:`talk1d_plane_fwd_jit` (x and y in any layout)."""
+    B, C, L = x.shape
+    heads = off.shape[1]
+    wrap_triton(talk1d_plane_fwd_jit)[(B * heads,)](
+        x, off, y, L, C // heads, heads, *x.stride(), *y.stride(), *off.stride(), max_left, max_right,
+        *_norm(max_left, max_right), **_plane_blocks(C // heads),
+    )  # fmt: skip
+    return y
+
+
+def _talk1d_plane_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff):
+    """Backward of short rows: one launch of :func:`talk1d_plane_bwd_jit`, dx laid out like x."""
+    B, C, L = x.shape
+    heads = offsets.shape[1]
+    off = offsets.to(torch.float32)
+    dx = talk1d_out(x) if need_dx else x.new_empty(0)
+    doff = torch.empty((B, heads, L, 2), dtype=torch.float32, device=x.device) if need_doff else off.new_empty(0)
+    g = grad_y.to(x.dtype)
+    dxs = dx.stride() if need_dx else x.stride()
+    wrap_triton(talk1d_plane_bwd_jit)[(B * heads,)](
+        g, x, off, dx if need_dx else x, doff if need_doff else off, L, C // heads, heads, *g.stride(), *x.stride(),
+        *dxs, *off.stride(), max_left, max_right, *_norm(max_left, max_right), NEED_DX=need_dx, NEED_DOFF=need_doff,
+        **_plane_blocks(C // heads),
+    )  # fmt: skip
     return dx, doff.to(offsets.dtype)
 
 

@@ -101,6 +101,37 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
     torch.testing.assert_close(doff2, rdoff2)
 
 
+@triton_cpu
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_plane_kernels_equal_the_scan_kernels(monkeypatch, dtype, layout):
+    """Short rows: the one-launch plane kernels and the scan + gather kernels (forced by PLANE_MAX_LENGTH = 0) give the
+    same y, dx and doffsets (float32 accumulation both; the plane kernels sum in another order, so float16 results can
+    round one unit apart)."""
+    from mrconvnext.ops.talk import engine_triton as tt
+
+    B, C, H, L = 2, 32, 2, 196
+    x = torch.randn(B, C, L).to(dtype)
+    if layout == 'channels_last':
+        x = x.mT.contiguous().mT
+    off = torch.rand(B, H, L, 2)
+    g = torch.randn(B, C, L).to(dtype)
+
+    def run():
+        xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
+        y = talk1d(xg, og, 98, 98, engine='triton')
+        return (y, *torch.autograd.grad(y, (xg, og), g))
+
+    plane = run()
+    monkeypatch.setattr(tt, 'PLANE_MAX_LENGTH', 0)
+    scan = run()
+    # float16 results may round to neighbouring values: one unit in the last place apart
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-10, atol=1e-4)
+    for a, b in zip(plane, scan):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a, b, **tol)
+
+
 def _kernels() -> list:
     """Every kernel with the argument types and block sizes the operators pass: float32 and float64 accumulation,
     bf16 storage; the channels-last kernels at TaLK-ConvNeXt-T's 16 channels per head."""
@@ -161,6 +192,19 @@ def _kernels() -> list:
                                        **i32s('ml', 'mr', 'mt', 'mb'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_L=ce,
                                        BLOCK_H=ce, BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl2)),
         ]  # fmt: skip
+    plane = dict(PRECISION='ieee', BLOCK_T=16, BLOCK_J=64, BLOCK_R=16)  # float32 accumulation only
+    out += [
+        ('talk1d_plane_fwd_jit', dict(x='*bf16', off='*fp32', y='*bf16', **i32s('L', 'R', 'heads'),
+                                      **i64s('sxb', 'sxc', 'sxl', 'syb', 'syc', 'syl', 'sob', 'soh', 'sol', 'sos'),
+                                      **i32s('ml', 'mr'), **norm, PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
+         plane),
+        ('talk1d_plane_bwd_jit', dict(g='*bf16', x='*bf16', off='*fp32', dx='*bf16', doff='*fp32',
+                                      **i32s('L', 'R', 'heads'),
+                                      **i64s('sgb', 'sgc', 'sgl', 'sxb', 'sxc', 'sxl', 'sdb', 'sdc', 'sdl', 'sob', 'soh',
+                                             'sol', 'sos'), **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce,
+                                      PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
+         dict(NEED_DX=True, NEED_DOFF=True, **plane)),
+    ]  # fmt: skip
     return [(mod, name, sig, const) for name, sig, const in out]
 
 
@@ -170,7 +214,7 @@ def test_kernels_fit_hopper():
     LDL/STL) and shared memory within a block's limit."""
     pytest.importorskip('triton')
     report = compile_for_hopper(_kernels())
-    assert len(report) == 24
+    assert len(report) == 26
     assert_fits_hopper(report)
 
 
