@@ -1,19 +1,30 @@
-"""GPU benchmark of the TaLK operators by implementation: the Triton kernels and the fused PyTorch ops.
+"""GPU benchmark of TaLK per ConvNeXt-T stage, beside timm's 7x7 depthwise conv, with bytes moved.
 
-Shapes of TaLK-ConvNeXt-T's first and third stages (``--batch`` x 96 x 56², x 384 x 14²; 16 channels per head;
-maximum offsets as the models set them: half the flattened map for 1-D, half the width / height for 2-D), offsets
-uniform in [0, 1). Modes: ``fwd`` (forward under ``no_grad``) and ``fwd+bwd`` (forward, then the gradients of x
-and the offsets for a random cotangent). Each case is timed with ``triton.testing.do_bench`` (CUDA events,
-median of its repeats after warm-up); peak memory is ``torch.cuda.max_memory_allocated`` over one call, minus the
-inputs. Ratios are time over the Triton kernels' time of the same case.
+Per stage (C, H x W) = (96, 56²), (192, 28²), (384, 14²), (768, 7²) with 16 channels per head and the models' maximum
+offsets (half the flattened map for 1-D, half the width / height for 2-D), a channels-last float32 input under bf16
+autocast, as in a ConvNeXt block:
 
-    python scripts/bench_talk_gpu.py [--batch 64] [--out results]
+- ``dwconv7x7``: the mixer ConvNeXt-T has there (timm's ``create_conv2d(C, C, 7, depthwise=True)``);
+- ``talk1d/<engine>``, ``talk2d/<engine>``: the whole mixer (``TaLKConvFlat2d`` / ``TaLKConv2d``: offset projection,
+  sigmoid, the TaLK operator) on the Triton kernels or the fused PyTorch ops;
+- ``op1d/triton``, ``op2d/triton``: the operator alone on a bf16 map and precomputed offsets.
 
-The CUDA C++ kernel this compared against was removed after its H100 run (docs/gpu/README.md).
+Modes ``fwd`` (no_grad) and ``fwd+bwd`` (gradients of x and the parameters, or of x and the offsets, for a random
+cotangent). Times are ``triton.testing.do_bench`` medians (CUDA events, after warm-up); ratios are over ``dwconv7x7``
+of the same stage and mode; peak memory is ``torch.cuda.max_memory_allocated`` over one call, minus what was
+allocated before. ``bytes/elem`` is the forward traffic per map element the operator's design needs under bf16
+(``--accounting`` prints the model alone, without a GPU): x read (2 B), the float32 table written (4 B) and read at the
+edges (counted once: the gathers hit cache), y written (2 B), the offsets (4 B per side and head, over the head's 16
+channels), and the scan's read of x (2 B) where the table is built (not for the 1-D plane kernels of rows <= 256);
+ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``).
+
+    python scripts/bench_talk_gpu.py [--batch 128] [--out results]
+    python scripts/bench_talk_gpu.py --accounting
 """
 
 import argparse
 import csv
+import functools
 import sys
 from pathlib import Path
 
@@ -22,82 +33,129 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
 import torch  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
 
-from mrconvnext.ops.talk import talk1d, talk2d  # noqa: E402
+STAGES = [(96, 56), (192, 28), (384, 14), (768, 7)]  # (C, side)
+HEAD_DIM = 16
+PLANE_MAX_LENGTH = (
+    256  # mrconvnext.ops.talk.engine_triton.PLANE_MAX_LENGTH (not imported: --accounting needs no Triton)
+)
 
-STAGES = {'stage1': (96, 56), 'stage3': (384, 14)}
+
+def bytes_per_element(op: str, length: int) -> float:
+    """Forward bytes per map element of the Triton operator under bf16 (see the module docstring)."""
+    sides = 2 if op == 'talk1d' else 4
+    offsets = 4 * sides / HEAD_DIM
+    if op == 'talk1d' and length <= PLANE_MAX_LENGTH:
+        return 2 + 2 + offsets  # the plane kernels: x once, y once, the offsets
+    return 2 + 4 + 4 + 2 + offsets  # scan reads x and writes the table; the gathers read it and x; y written
 
 
-def _case(op: str, stage: str, batch: int, dtype: torch.dtype):
-    C, S = STAGES[stage]
-    heads = C // 16
-    x = torch.randn(batch, C, S, S, device='cuda', dtype=dtype)
-    if op == 'talk1d':
+def accounting() -> list[str]:
+    lines = ['| stage | C | H x W | talk1d B/elem | talk2d B/elem | dwconv B/elem |', '|' + ' --- |' * 6]
+    for i, (C, S) in enumerate(STAGES):
         L = S * S
-        x = x.flatten(2)
-        off = torch.rand(batch, heads, L, 2, device='cuda')
-        return x, off, lambda a, o, b: talk1d(a, o, L // 2, L // 2, engine=b)
-    off = torch.rand(batch, heads, S, S, 4, device='cuda')
-    return x, off, lambda a, o, b: talk2d(a, o, S // 2, S // 2, S // 2, S // 2, engine=b)
+        lines.append(
+            f'| {i + 1} | {C} | {S}x{S} | {bytes_per_element("talk1d", L):.2f} | '
+            f'{bytes_per_element("talk2d", L):.2f} | 10 |'
+        )
+    return lines
 
 
-def _call(fn, x, off, engine: str, mode: str):
+def _op1d(x: torch.Tensor, off: torch.Tensor, half: int) -> torch.Tensor:
+    from mrconvnext.ops.talk import talk1d
+
+    return talk1d(x.flatten(2), off, half, half, engine='triton')
+
+
+def _op2d(x: torch.Tensor, off: torch.Tensor, half: int) -> torch.Tensor:
+    from mrconvnext.ops.talk import talk2d
+
+    return talk2d(x, off, half, half, half, half, engine='triton')
+
+
+def _runner(module, inputs: list, mode: str, params: list):
     if mode == 'fwd':
 
         def run():
-            with torch.no_grad():
-                fn(x, off, engine)
+            with torch.no_grad(), torch.autocast('cuda', dtype=torch.bfloat16):
+                module(*inputs)
 
         return run
-    xg, og = x.detach().requires_grad_(), off.detach().requires_grad_()
-    g = torch.randn_like(x)
+    leaves = [t.detach().requires_grad_() for t in inputs]
 
     def run():
-        torch.autograd.grad(fn(xg, og, engine), (xg, og), g)
+        with torch.autocast('cuda', dtype=torch.bfloat16):
+            y = module(*leaves)
+        torch.autograd.grad(y, [*leaves, *params], torch.ones_like(y))
 
     return run
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--batch', type=int, default=64)
+    p.add_argument('--batch', type=int, default=128)
+    p.add_argument('--accounting', action='store_true', help='print the byte model only (no GPU needed)')
     p.add_argument('--out', default='results', help="directory of gpu_talk_ops.{md,csv} ('' to skip)")
     args = p.parse_args(argv)
+    if args.accounting:
+        print('\n'.join(accounting()))
+        return []
     if not torch.cuda.is_available():
-        sys.exit('bench_talk_gpu: no CUDA device visible')
-    impls = ['triton', 'torch']
+        sys.exit('bench_talk_gpu: no CUDA device visible (--accounting needs none)')
+    from timm.layers import create_conv2d
+    from triton.testing import do_bench
+
+    from mrconvnext.layers import TaLKConv2d, TaLKConvFlat2d
+
     rows = []
-    for op in ('talk1d', 'talk2d'):
-        for stage in STAGES:
-            for dtype in (torch.float32, torch.bfloat16):
-                x, off, fn = _case(op, stage, args.batch, dtype)
-                for mode in ('fwd', 'fwd+bwd'):
-                    base = None
-                    for impl in impls:
-                        run = _call(fn, x, off, impl, mode)
-                        ms = do_bench(run, warmup=25, rep=200, return_mode='median')
-                        torch.cuda.synchronize()
-                        torch.cuda.reset_peak_memory_stats()
-                        before = torch.cuda.memory_allocated()
-                        run()
-                        torch.cuda.synchronize()
-                        peak = (torch.cuda.max_memory_allocated() - before) / 2**20
-                        base = ms if impl == 'triton' else base
-                        row = dict(op=op, stage=stage, B=args.batch, C=x.shape[1], dtype=str(dtype).split('.')[1])
-                        row.update(mode=mode, impl=impl, median_ms=round(ms, 4), ratio_vs_triton=round(ms / base, 3))
-                        row['peak_extra_mb'] = round(peak, 1)
-                        rows.append(row)
-                        print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)
-                del x, off
-    header = list(rows[0])
+    for stage, (C, S) in enumerate(STAGES, 1):
+        L, heads = S * S, C // HEAD_DIM
+        x = torch.randn(args.batch, C, S, S, device='cuda').contiguous(memory_format=torch.channels_last)
+        xb = x.to(torch.bfloat16)
+        off1 = torch.rand(args.batch, L, heads, 2, device='cuda').transpose(1, 2)  # as the projection gives them
+        off2 = torch.rand(args.batch, S, S, heads, 4, device='cuda').permute(0, 3, 1, 2, 4)
+        cases = {'dwconv7x7': (create_conv2d(C, C, 7, depthwise=True), [x])}
+        for engine in ('triton', 'torch'):
+            torch.manual_seed(0)
+            cases[f'talk1d/{engine}'] = (TaLKConvFlat2d(C, (S, S), num_heads=heads, engine=engine), [x])
+            cases[f'talk2d/{engine}'] = (TaLKConv2d(C, (S, S), num_heads=heads, engine=engine), [x])
+        cases['op1d/triton'] = (functools.partial(_op1d, half=L // 2), [xb, off1])
+        cases['op2d/triton'] = (functools.partial(_op2d, half=S // 2), [xb, off2])
+        elements = args.batch * C * L
+        for mode in ('fwd', 'fwd+bwd'):
+            base = None
+            for name, (module, inputs) in cases.items():
+                if isinstance(module, torch.nn.Module):
+                    module = module.cuda().to(memory_format=torch.channels_last)
+                    params = [q for q in module.parameters() if q.requires_grad]
+                else:
+                    params = []
+                run = _runner(module, inputs, mode, params)
+                ms = do_bench(run, warmup=25, rep=200, return_mode='median')
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+                run()
+                torch.cuda.synchronize()
+                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+                base = ms if name == 'dwconv7x7' else base
+                row = dict(stage=stage, B=args.batch, C=C, HW=f'{S}x{S}', mode=mode, case=name)
+                row.update(median_ms=round(ms, 4), ratio_vs_dwconv=round(ms / base, 3), peak_extra_mb=round(peak, 1))
+                if mode == 'fwd' and name.startswith('op'):
+                    b = bytes_per_element('talk1d' if name.startswith('op1d') else 'talk2d', L)
+                    row['model_GBps'] = round(elements * b / (ms * 1e-3) / 1e9, 1)
+                rows.append(row)
+                print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)
+        del x, xb, cases
+    header = list(dict.fromkeys(k for r in rows for k in r))
     lines = [
-        f'TaLK operators on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}',
+        f'TaLK per stage on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}',
         '',
         '| ' + ' | '.join(header) + ' |',
         '|' + ' --- |' * len(header),
     ]
-    lines += ['| ' + ' | '.join(str(r[k]) for k in header) + ' |' for r in rows]
+    lines += ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
+    lines += ['', *accounting()]
     print('\n'.join(lines))
     if args.out:
         out = Path(args.out)
