@@ -53,6 +53,9 @@ __all__ = [
     'talk1d_triton_backward',
     'talk2d_triton',
     'talk2d_triton_backward',
+    'talk2d_tables',
+    'talk2d_plane_fwd_jit',
+    'talk2d_plane_bwd_jit',
     'scan_jit',
     'talk1d_fwd_jit',
     'talk1d_bwd_jit',
@@ -70,7 +73,7 @@ __all__ = [
 _BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
 _CL_BLOCK_M, _CL_BLOCK_SCAN = 32, 32  # the same on channels-last maps: rows are channels, 32 of them one vector
 _CL_BLOCK_L, _CL_CHANNELS = 32, 64  # channels-last gathers: positions per program, channels per program
-_PLANE_BLOCK_T, _PLANE_BLOCK_J = 16, 64  # plane kernels: outputs per step, inputs per product
+_PLANE_BLOCK_T = 16  # plane kernels: outputs per step
 
 # 1-D rows of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one launch, a
 # (image, head) plane per program, with no prefix table and no atomics (talk1d_plane_*_jit); longer rows take the
@@ -485,11 +488,121 @@ def talk1d_plane_bwd_jit(
             tl.store(od + 1, tl.where(live_e, acc_e * mr, 0.0), mask=tmask)
 
 
-def _plane_blocks(R: int) -> dict:
-    """Plane kernels: outputs per step, inputs per product, channels (a product needs 16 at least), and the products'
-    float32 precision ('ieee': exact float32 multiply-adds; the interpreter computes in float32 whatever it says)."""
+@triton.jit
+def _box_edges(off, b, h, t, tmask, H, W, sob, soh, sop, sos, ml, mr, mt, mb):
+    """The four edges of the boxes at flattened positions ``t (BLOCK_T,)``, head ``h``."""
+    ob = off + b * sob + h * soh + t * sop
+    row, col = t // W, t % W
+    kl, fl, live_l = _start_edge(col, tl.load(ob, mask=tmask, other=0.0) * ml, W)
+    kr, fr, live_r = _end_edge(col, tl.load(ob + sos, mask=tmask, other=0.0) * mr, W)
+    kt, ft, live_t = _start_edge(row, tl.load(ob + 2 * sos, mask=tmask, other=0.0) * mt, H)
+    kb, fb, live_b = _end_edge(row, tl.load(ob + 3 * sos, mask=tmask, other=0.0) * mb, H)
+    return kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b
+
+
+@triton.jit
+def talk2d_plane_fwd_jit(
+    x, off, y, H, W, R, heads, sxb, sxc, sxp, syb, syc, syp, sob, soh, sop, sos, ml, mr, mt, mb, norm_hi, norm_lo,
+    PRECISION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """Small maps in one launch, no integral image: one program per (image, head); a box's weight on input
+    ``(i, j)`` is the product of its row and column window weights (the bilinear integral image is separable), so
+    each block of ``BLOCK_T`` outputs is a ``(BLOCK_T, H W)`` weight matrix times the flattened plane."""
+    N = H * W
+    pid = tl.program_id(0).to(tl.int64)
+    b, h = pid // heads, pid % heads
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    c = h * R + r
+    rmask = r < R
+    xb = x + b * sxb + c[None, :] * sxc
+    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    for t0 in range(0, N, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+        tmask = t < N
+        kl, fl, _, kr, fr, _, kt, ft, _, kb, fb, _ = _box_edges(
+            off, b, h, t, tmask, H, W, sob, soh, sop, sos, ml, mr, mt, mb
+        )
+        out = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+        for j0 in range(0, N, BLOCK_J):
+            q = j0 + tl.arange(0, BLOCK_J).to(tl.int64)
+            xs = tl.load(xb + q[:, None] * sxp, mask=(q < N)[:, None] & rmask[None, :], other=0.0).to(tl.float32)
+            wts = _window_weights(q // W, kt, ft, kb, fb) * _window_weights(q % W, kl, fl, kr, fr)
+            out += tl.dot(wts, xs, input_precision=PRECISION)
+        mask = tmask[:, None] & rmask[None, :]
+        tl.store(y + b * syb + c[None, :] * syc + t[:, None] * syp, (out / norm).to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def talk2d_plane_bwd_jit(
+    g, x, off, dx, doff, H, W, R, heads, sgb, sgc, sgp, sxb, sxc, sxp, sdb, sdc, sdp, sob, soh, sop, sos,
+    ml, mr, mt, mb, norm_hi, norm_lo, NEED_DX: tl.constexpr, NEED_DOFF: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`talk2d_plane_fwd_jit`, no atomics: ``dx`` by the transposed products; an edge's slope
+    is the other axis's window applied to the row or column at the edge (a product with a one-hot factor), reduced
+    with the output gradient over the head's channels (``doff (B, heads, H W, 4)`` contiguous)."""
+    N = H * W
+    pid = tl.program_id(0).to(tl.int64)
+    b, h = pid // heads, pid % heads
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    c = h * R + r
+    rmask = r < R
+    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    gb = g + b * sgb + c[None, :] * sgc
+    xb = x + b * sxb + c[None, :] * sxc
+    if NEED_DX:
+        for j0 in range(0, N, BLOCK_J):
+            q = j0 + tl.arange(0, BLOCK_J).to(tl.int64)
+            acc = tl.zeros([BLOCK_J, BLOCK_R], dtype=tl.float32)
+            for t0 in range(0, N, BLOCK_T):
+                t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+                tmask = t < N
+                kl, fl, _, kr, fr, _, kt, ft, _, kb, fb, _ = _box_edges(
+                    off, b, h, t, tmask, H, W, sob, soh, sop, sos, ml, mr, mt, mb
+                )
+                wts = _window_weights(q // W, kt, ft, kb, fb) * _window_weights(q % W, kl, fl, kr, fr)
+                gs = tl.load(gb + t[:, None] * sgp, mask=tmask[:, None] & rmask[None, :], other=0.0).to(tl.float32)
+                acc += tl.dot(tl.trans(wts), gs, input_precision=PRECISION)
+            dmask = (q < N)[:, None] & rmask[None, :]
+            tl.store(
+                dx + b * sdb + c[None, :] * sdc + q[:, None] * sdp, (acc / norm).to(dx.dtype.element_ty), mask=dmask
+            )
+    if NEED_DOFF:
+        for t0 in range(0, N, BLOCK_T):
+            t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
+            tmask = t < N
+            mask = tmask[:, None] & rmask[None, :]
+            kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _box_edges(
+                off, b, h, t, tmask, H, W, sob, soh, sop, sos, ml, mr, mt, mb
+            )
+            gs = tl.load(gb + t[:, None] * sgp, mask=mask, other=0.0).to(tl.float32) / norm
+            od = doff + ((b * heads + h) * N + t) * 4
+            for side in tl.static_range(2):  # left and right, then top and bottom: two accumulators live at a time
+                s_lo = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+                s_hi = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+                for j0 in range(0, N, BLOCK_J):
+                    q = j0 + tl.arange(0, BLOCK_J).to(tl.int64)
+                    xs = tl.load(xb + q[:, None] * sxp, mask=(q < N)[:, None] & rmask[None, :], other=0.0)
+                    xs = xs.to(tl.float32)
+                    if side == 0:  # a column edge's slope: the row window applied to that column
+                        other, at, k_lo, k_hi = _window_weights(q // W, kt, ft, kb, fb), (q % W)[None, :], kl, kr
+                    else:  # a row edge's slope: the column window applied to that row
+                        other, at, k_lo, k_hi = _window_weights(q % W, kl, fl, kr, fr), (q // W)[None, :], kt, kb
+                    s_lo += tl.dot(tl.where(at == k_lo[:, None], other, 0.0), xs, input_precision=PRECISION)
+                    s_hi += tl.dot(tl.where(at == k_hi[:, None], other, 0.0), xs, input_precision=PRECISION)
+                if side == 0:
+                    tl.store(od, tl.where(live_l, tl.sum(gs * s_lo, axis=1) * ml, 0.0), mask=tmask)
+                    tl.store(od + 1, tl.where(live_r, tl.sum(gs * s_hi, axis=1) * mr, 0.0), mask=tmask)
+                else:
+                    tl.store(od + 2, tl.where(live_t, tl.sum(gs * s_lo, axis=1) * mt, 0.0), mask=tmask)
+                    tl.store(od + 3, tl.where(live_b, tl.sum(gs * s_hi, axis=1) * mb, 0.0), mask=tmask)
+
+
+def _plane_blocks(R: int, block_j: int = 64) -> dict:
+    """Plane kernels: outputs per step, ``block_j`` inputs per product, channels (a product needs 16 at least), and the
+    products' float32 precision ('ieee': exact float32 multiply-adds; the interpreter computes in float32 whatever it says)."""
     block_r = max(16, triton.next_power_of_2(R))
-    return dict(PRECISION='ieee', BLOCK_T=_PLANE_BLOCK_T, BLOCK_J=_PLANE_BLOCK_J, BLOCK_R=block_r)
+    return dict(PRECISION='ieee', BLOCK_T=_PLANE_BLOCK_T, BLOCK_J=block_j, BLOCK_R=block_r)
 
 
 def _plane_applies(x: torch.Tensor, heads: int) -> bool:
@@ -893,9 +1006,22 @@ def _grid_2d(B: int, heads: int, N: int, block: int) -> tuple[int]:
 def talk2d_triton(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """TaLK 2-D forward: ``(y (B, C, H, W), P (B, C, H + 1, W + 1))``, P the integral image in the accumulation
-    dtype (kept for the backward). Both channels-last for a channels-last x (P then a view of a contiguous
-    ``(B, H + 1, W + 1, C)``), else contiguous."""
+    """TaLK 2-D forward: ``(y (B, C, H, W), P)``, what the backward needs: the integral image ``(B, C, H + 1, W + 1)``
+    in the accumulation dtype (channels-last for a channels-last x, then a view of a contiguous ``(B, H + 1, W + 1,
+    C)``), or for maps of at most :data:`PLANE_MAX_LENGTH` positions (float32 accumulation), which the one-launch
+    plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x (channels-last
+    or contiguous)."""
+    maxes = (max_left, max_right, max_top, max_bottom)
+    if x.numel() > 0 and _plane_applies(x.flatten(2), offsets.shape[1]):
+        return _talk2d_plane(x, offsets.to(torch.float32), maxes)
+    return talk2d_tables(x, offsets, *maxes)
+
+
+def talk2d_tables(
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`talk2d_triton` through the integral image at every size (the per-device operator's CUDA kernel, whose
+    second output is always the table)."""
     B, C, H, W = x.shape
     heads = offsets.shape[1]
     acc = acc_dtype(x.dtype)
@@ -932,12 +1058,14 @@ def talk2d_triton_backward(
     need_dx: bool,
     need_doff: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dx (B, C, H, W), doff in offsets' dtype)`` of :func:`talk2d_triton` from its integral image; dx is
-    channels-last where P is (a channels-last forward), else contiguous."""
+    """``(dx (B, C, H, W), doff in offsets' dtype)`` of :func:`talk2d_triton` from its second output (the integral
+    image, or x for the plane kernels); dx is laid out like the forward's x."""
     B, C, H, W = grad_y.shape
     heads = offsets.shape[1]
+    maxes = (max_left, max_right, max_top, max_bottom)
+    if P.shape[-2:] == grad_y.shape[-2:] and grad_y.numel() > 0 and (need_dx or need_doff):  # the plane kernels' x
+        return _talk2d_plane_backward(grad_y, P, offsets, maxes, need_dx, need_doff)
     if _is_channels_last_2d(P) and grad_y.numel() > 0 and (need_dx or need_doff):
-        maxes = (max_left, max_right, max_top, max_bottom)
         return _talk2d_cl_backward(grad_y, P, offsets, maxes, need_dx, need_doff)
     off = offsets.to(P.dtype).contiguous()
     dx = torch.empty(grad_y.shape, dtype=grad_y.dtype, device=P.device) if need_dx else grad_y.new_empty(0)
@@ -978,6 +1106,38 @@ def _scan2d_cl(src: torch.Tensor, dst: torch.Tensor, reverse: bool) -> None:
         return
     _scan(src.permute(0, 1, 3, 2), dst.permute(0, 1, 3, 2), reverse, channels_last=True)  # rows
     _scan(dst.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1), reverse, channels_last=True)  # then columns, in place
+
+
+def _talk2d_plane(x: torch.Tensor, off: torch.Tensor, maxes: tuple[int, int, int, int]):
+    """Forward of small maps: one launch of :func:`talk2d_plane_fwd_jit`; the second output is x in float32, which
+    the backward reads (the table's place)."""
+    B, C, H, W = x.shape
+    heads = off.shape[1]
+    y = torch.empty_like(x, memory_format=torch.preserve_format)
+    xf, yf, o = x.flatten(2), y.flatten(2), off.flatten(2, 3)
+    wrap_triton(talk2d_plane_fwd_jit)[(B * heads,)](
+        xf, o, yf, H, W, C // heads, heads, *xf.stride(), *yf.stride(), *o.stride(), *maxes, *_norm(*maxes),
+        **_plane_blocks(C // heads),
+    )  # fmt: skip
+    return y, x.to(torch.float32, copy=True)
+
+
+def _talk2d_plane_backward(grad_y, x, offsets, maxes, need_dx, need_doff):
+    """Backward of small maps: one launch of :func:`talk2d_plane_bwd_jit`, dx laid out like x."""
+    B, C, H, W = grad_y.shape
+    heads = offsets.shape[1]
+    o = offsets.to(torch.float32).flatten(2, 3)
+    dx = torch.empty_like(x, dtype=grad_y.dtype, memory_format=torch.preserve_format) if need_dx else x.new_empty(0)
+    doff = torch.empty((B, heads, H * W, 4), dtype=torch.float32, device=x.device) if need_doff else o.new_empty(0)
+    gf, xf = grad_y.flatten(2), x.flatten(2)
+    dxf = dx.flatten(2) if need_dx else xf
+    wrap_triton(talk2d_plane_bwd_jit)[(B * heads,)](
+        gf, xf, o, dxf, doff if need_doff else o, H, W, C // heads, heads, *gf.stride(), *xf.stride(), *dxf.stride(),
+        *o.stride(), *maxes, *_norm(*maxes), NEED_DX=need_dx, NEED_DOFF=need_doff,
+        **_plane_blocks(C // heads, block_j=16),  # 16 inputs per product: at 32, sm_90 spilled registers
+    )  # fmt: skip
+    doff = doff.view(offsets.shape) if need_doff else doff
+    return dx, doff.to(offsets.dtype)
 
 
 def _talk2d_cl(x: torch.Tensor, off: torch.Tensor, maxes: tuple[int, int, int, int]):

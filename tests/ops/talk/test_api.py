@@ -170,10 +170,11 @@ def test_1d_matches_reference(impl, dtype, case, layout):
 
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
-@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1), (3, 260)])
+@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1), (20, 17), (3, 260)])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
 def test_2d_matches_reference(impl, dtype, size, layout):
-    """Rows of up to 256 positions take Triton's one-pass channels-last scan, longer ones (260) its two passes."""
+    """Triton: maps of up to 256 positions run the one-launch plane kernels in float32; larger ones (and float64) the
+    integral image, channels-last in one pass for rows of up to 256 positions (20 x 17), two passes beyond (3 x 260)."""
     B, C, H = 2, 4, 2
     Hh, Ww = size
     maxes = (3, 2, 1, 4)
@@ -353,6 +354,29 @@ def test_1d_short_rows_on_the_grid_and_in_half_precision(impl, dtype, layout):
     got = (y, *torch.autograd.grad(y, (xg, og), g))
     xr, orf = x.double().contiguous().requires_grad_(), off.detach().double().requires_grad_()
     y_ref = talk1d_reference(xr, orf, ml, mr)
+    ref = (y_ref, *torch.autograd.grad(y_ref, (xr, orf), g.double()))
+    tol = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps
+    for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):
+        torch.testing.assert_close(a.double(), b, rtol=tol, atol=tol, msg=lambda m, n=name: f'{n}: {m}')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_2d_small_maps_on_the_grid_and_in_half_precision(impl, dtype, layout):
+    """Small maps (Triton's plane kernels) with every edge on the grid (exact in float32): the float64 reference's
+    one-sided derivatives; and fp16 maps, rounded once."""
+    B, C, H, Hh, Ww, maxes = 2, 8, 2, 7, 9, (4, 2, 2, 4)
+    x = torch.randn(B, C, Hh, Ww).to(dtype)
+    if layout == 'channels_last':
+        x = x.contiguous(memory_format=torch.channels_last)
+    off = torch.stack([torch.randint(0, m + 1, (B, H, Hh, Ww)) / m for m in maxes], -1)
+    g = torch.randn(B, C, Hh, Ww).to(dtype)
+    xg, og = x.detach().requires_grad_(), off.requires_grad_()
+    y = talk2d(xg, og, *maxes, engine=impl)
+    got = (y, *torch.autograd.grad(y, (xg, og), g))
+    xr, orf = x.double().contiguous().requires_grad_(), off.detach().double().requires_grad_()
+    y_ref = talk2d_reference(xr, orf, *maxes)
     ref = (y_ref, *torch.autograd.grad(y_ref, (xr, orf), g.double()))
     tol = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps
     for a, b, name in zip(got, ref, ('y', 'dx', 'doffsets')):

@@ -72,7 +72,7 @@ def talk1d_on_cuda_grad(x, off, g):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_the_cuda_implementations_run_the_triton_engine(dtype):
     """The per-device operators' CUDA implementations are the Triton engine: run on CPU tensors under the
-    interpreter, forward and backward equal engine='triton' bitwise and the reference to rounding."""
+    interpreter, forward and backward equal engine='triton' (bitwise in 1-D) and the reference to rounding."""
     x = torch.randn(2, 4, 13, dtype=dtype)
     off = torch.rand(2, 2, 13, 2, dtype=dtype)
     y = operators.talk1d_on_cuda(x, off, 4, 3)
@@ -91,7 +91,9 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
     torch.testing.assert_close(dxc, rdx)
     x2, off2 = torch.randn(2, 4, 5, 6, dtype=dtype), torch.rand(2, 2, 5, 6, 4, dtype=dtype)
     y2, P = operators.talk2d_on_cuda(x2, off2, 2, 1, 1, 2)
-    assert torch.equal(y2, talk2d(x2, off2, 2, 1, 1, 2, engine='triton'))
+    assert P.shape == (2, 4, 6, 7) and P.is_contiguous()  # the operator's second output is always the table
+    # engine='triton' runs the plane kernels at this size in float32 (another order of the same sums)
+    torch.testing.assert_close(y2, talk2d(x2, off2, 2, 1, 1, 2, engine='triton'), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(y2, talk2d_reference(x2, off2, 2, 1, 1, 2))
     g2 = torch.randn_like(x2)
     dx2, doff2 = operators.talk2d_backward_on_cuda(g2, P, off2, 2, 1, 1, 2, True, True)
@@ -128,6 +130,34 @@ def test_plane_kernels_equal_the_scan_kernels(monkeypatch, dtype, layout):
     # float16 results may round to neighbouring values: one unit in the last place apart
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-10, atol=1e-4)
     for a, b in zip(plane, scan):
+        assert a.stride() == b.stride()
+        torch.testing.assert_close(a, b, **tol)
+
+
+@triton_cpu
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_2d_plane_kernels_equal_the_table_kernels(monkeypatch, dtype, layout):
+    """Small 2-D maps: the plane kernels and the integral-image kernels (forced by PLANE_MAX_LENGTH = 0) agree."""
+    from mrconvnext.ops.talk import engine_triton as tt
+
+    B, C, H, S = 2, 32, 2, 14
+    x = torch.randn(B, C, S, S).to(dtype)
+    if layout == 'channels_last':
+        x = x.contiguous(memory_format=torch.channels_last)
+    off = torch.rand(B, H, S, S, 4)
+    g = torch.randn(B, C, S, S).to(dtype)
+
+    def run():
+        xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
+        y = talk2d(xg, og, 7, 7, 7, 7, engine='triton')
+        return (y, *torch.autograd.grad(y, (xg, og), g))
+
+    plane = run()
+    monkeypatch.setattr(tt, 'PLANE_MAX_LENGTH', 0)
+    table = run()
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-10, atol=1e-4)
+    for a, b in zip(plane, table):
         assert a.stride() == b.stride()
         torch.testing.assert_close(a, b, **tol)
 
@@ -204,6 +234,16 @@ def _kernels() -> list:
                                              'sol', 'sos'), **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce,
                                       PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
          dict(NEED_DX=True, NEED_DOFF=True, **plane)),
+        ('talk2d_plane_fwd_jit', dict(x='*bf16', off='*fp32', y='*bf16', **i32s('H', 'W', 'R', 'heads'),
+                                      **i64s('sxb', 'sxc', 'sxp', 'syb', 'syc', 'syp', 'sob', 'soh', 'sop', 'sos'),
+                                      **i32s('ml', 'mr', 'mt', 'mb'), **norm, PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce,
+                                      BLOCK_R=ce), plane),
+        ('talk2d_plane_bwd_jit', dict(g='*bf16', x='*fp32', off='*fp32', dx='*bf16', doff='*fp32',
+                                      **i32s('H', 'W', 'R', 'heads'),
+                                      **i64s('sgb', 'sgc', 'sgp', 'sxb', 'sxc', 'sxp', 'sdb', 'sdc', 'sdp', 'sob', 'soh',
+                                             'sop', 'sos'), **i32s('ml', 'mr', 'mt', 'mb'), **norm, NEED_DX=ce,
+                                      NEED_DOFF=ce, PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
+         dict(NEED_DX=True, NEED_DOFF=True, **dict(plane, BLOCK_J=16))),
     ]  # fmt: skip
     return [(mod, name, sig, const) for name, sig, const in out]
 
@@ -214,7 +254,7 @@ def test_kernels_fit_hopper():
     LDL/STL) and shared memory within a block's limit."""
     pytest.importorskip('triton')
     report = compile_for_hopper(_kernels())
-    assert len(report) == 26
+    assert len(report) == 28
     assert_fits_hopper(report)
 
 
