@@ -25,11 +25,14 @@ rows with the column sums in registers; rows over 256 positions take two ``scan_
 edges once per (position, head) and gathers (or, backward, atomically adds) the head's channels as one vector.
 Outputs and ``dx`` keep the input's layout.
 
-Short rows (1-D, ``L <= PLANE_MAX_LENGTH``, float32 accumulation): ``talk1d_plane_{fwd,bwd}_jit`` run in one launch
-with a whole (image, head) plane per program and no prefix table: the windows of a block of positions are a
-``(BLOCK_T, L)`` weight matrix (``[j < k_end] + f_end [j = k_end] - [j < k_start] - f_start [j = k_start]``)
-applied to the plane by one float32 product (``input_precision=PRECISION``); the backward is the transposed product
-(no atomics, deterministic) and gathers of x at the edges.
+Short rows and small maps (at most ``PLANE_MAX_LENGTH`` positions, float32 accumulation):
+``talk{1,2}d_plane_{fwd,bwd}_jit`` run in one launch with a whole (image, head) plane per program and no table: the
+windows of a block of positions are a ``(BLOCK_T, N)`` weight matrix (1-D: ``[j < k_end] + f_end [j = k_end] -
+[j < k_start] - f_start [j = k_start]``; 2-D: the product of the row and the column windows, the bilinear integral
+image being separable) applied to the plane by float32 products (``input_precision='ieee'``); the backward is the
+transposed products (no atomics, deterministic), and the offsets' slopes are x at the edges (1-D) or the other axis's
+window applied to the edge's row or column (2-D). The 2-D forward's second output is then x in float32, which its
+backward reads in place of the table.
 
 Devices
     CUDA tensors; CPU tensors when ``TRITON_INTERPRET=1`` was set before this module was first imported (Triton's
@@ -75,9 +78,9 @@ _CL_BLOCK_M, _CL_BLOCK_SCAN = 32, 32  # the same on channels-last maps: rows are
 _CL_BLOCK_L, _CL_CHANNELS = 32, 64  # channels-last gathers: positions per program, channels per program
 _PLANE_BLOCK_T = 16  # plane kernels: outputs per step
 
-# 1-D rows of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one launch, a
-# (image, head) plane per program, with no prefix table and no atomics (talk1d_plane_*_jit); longer rows take the
-# scan and the gathers. Provisional: from the launch count and the plane's L multiply-adds per element, not timed.
+# 1-D rows and 2-D maps of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one
+# launch, an (image, head) plane per program, with no table and no atomics (talk{1,2}d_plane_*_jit); larger ones take
+# the scans and the gathers. Provisional: from the launch count and the plane's N multiply-adds per element, not timed.
 PLANE_MAX_LENGTH = 256
 _BLOCK_R, _BLOCK_L = 8, 128  # gather kernels: channels per step, positions per program
 
