@@ -68,7 +68,7 @@ class DynConvNeXt(LightConvNeXt):
 
 
 _PAPER = dict(paper_ids='arXiv:1901.10430', paper_name='Pay Less Attention with Lightweight and Dynamic Convolutions')
-_SIZES = ('atto', 'femto', 'pico', 'nano', 't')
+_SIZES = ('atto', 'femto', 'pico', 'nano', 't', 's', 'b')
 default_cfgs = generate_default_cfgs(
     {f'{family}_{size}': convnext_cfg(**_PAPER) for family in ('lightconvnext', 'dynconvnext') for size in _SIZES}
 )
@@ -132,3 +132,23 @@ def dynconvnext_nano(pretrained: bool = False, **kwargs) -> DynConvNeXt:
 @register_model
 def dynconvnext_t(pretrained: bool = False, **kwargs) -> DynConvNeXt:
     return _dyn('t', pretrained, kwargs)
+
+
+@register_model
+def lightconvnext_s(pretrained: bool = False, **kwargs) -> LightConvNeXt:
+    return _light('s', pretrained, kwargs)
+
+
+@register_model
+def lightconvnext_b(pretrained: bool = False, **kwargs) -> LightConvNeXt:
+    return _light('b', pretrained, kwargs)
+
+
+@register_model
+def dynconvnext_s(pretrained: bool = False, **kwargs) -> DynConvNeXt:
+    return _dyn('s', pretrained, kwargs)
+
+
+@register_model
+def dynconvnext_b(pretrained: bool = False, **kwargs) -> DynConvNeXt:
+    return _dyn('b', pretrained, kwargs)

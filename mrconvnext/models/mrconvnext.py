@@ -7,7 +7,9 @@ the paper's (196, 49, 28, 28) at 224x224 and derives the small variants' setting
 
 Mode and tap counts (chosen to land on the paper's Table 12 parameter counts, checked in the tests):
 37 Fourier modes per branch (MRConvNeXt-T/S/B Fourier: 29.9M / 53.2M / 92.6M vs 30M / 53M / 93M)
-and 80 sparse taps per branch (Fourier+Sparse: 31.6M / 56.9M / 97.5M vs 32M / 57M / 98M).
+and 80 sparse taps per branch (Fourier+Sparse: 31.6M / 56.9M / 97.5M vs 32M / 57M / 98M). The Fourier variants are
+registered as ``mrconvnext_fourier_t`` / ``_s`` / ``_b`` (``kernel_type='fourier'``); ``mrconvnext_t`` / ``_s`` /
+``_b`` are the Fourier+Sparse ones.
 
 Other input sizes: at another feature-map width each mixer adapts its kernel by its ``lag_remap`` rule
 (:class:`~mrconvnext.layers.MRConv2d`), and a checkpoint trained at one ``img_size`` loads into a model built at
@@ -114,6 +116,9 @@ default_cfgs = generate_default_cfgs(
             'mrconvnext_t',
             'mrconvnext_s',
             'mrconvnext_b',
+            'mrconvnext_fourier_t',
+            'mrconvnext_fourier_s',
+            'mrconvnext_fourier_b',
         )
     }
 )
@@ -152,3 +157,24 @@ def mrconvnext_s(pretrained: bool = False, **kwargs) -> MRConvNeXt:
 @register_model
 def mrconvnext_b(pretrained: bool = False, **kwargs) -> MRConvNeXt:
     return create_mixer_convnext(MRConvNeXt, 'mrconvnext_b', pretrained, **dict(CONVNEXT_ARCHS['b'], **kwargs))
+
+
+# Paper Table 12's Fourier-kernel variants (30 / 53 / 93 M parameters): the same models with kernel_type='fourier'.
+
+
+@register_model
+def mrconvnext_fourier_t(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    kwargs = dict(CONVNEXT_ARCHS['t'], kernel_type='fourier', **kwargs)
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_fourier_t', pretrained, **kwargs)
+
+
+@register_model
+def mrconvnext_fourier_s(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    kwargs = dict(CONVNEXT_ARCHS['s'], kernel_type='fourier', **kwargs)
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_fourier_s', pretrained, **kwargs)
+
+
+@register_model
+def mrconvnext_fourier_b(pretrained: bool = False, **kwargs) -> MRConvNeXt:
+    kwargs = dict(CONVNEXT_ARCHS['b'], kernel_type='fourier', **kwargs)
+    return create_mixer_convnext(MRConvNeXt, 'mrconvnext_fourier_b', pretrained, **kwargs)

@@ -32,12 +32,20 @@ def _briefly_trained(name='mrconvnext_atto', img=64, **kw):
     [('mrconvnext_t', 30, 32), ('mrconvnext_s', 53, 57), ('mrconvnext_b', 93, 98)],
 )
 def test_large_models_match_paper_parameter_counts(name, fourier_m, fourier_sparse_m):
-    """Paper Table 12, within +-3%."""
-    for kernel_type, target in (('fourier', fourier_m), ('fourier_sparse', fourier_sparse_m)):
+    """Paper Table 12, within +-3%: the Fourier+Sparse models and their registered Fourier variants
+    (``mrconvnext_fourier_*``, equal to ``kernel_type='fourier'``)."""
+    fourier_name = name.replace('mrconvnext_', 'mrconvnext_fourier_')
+    assert fourier_name in timm.list_models('mrconvnext*')
+    for model_name, kwargs, target in (
+        (name, {}, fourier_sparse_m),
+        (fourier_name, {}, fourier_m),
+        (name, dict(kernel_type='fourier'), fourier_m),
+    ):
         with torch.device('meta'):
-            model = timm.create_model(name, kernel_type=kernel_type)
+            model = timm.create_model(model_name, **kwargs)
+        assert model.mixers()[0].kernel_type == ('fourier' if target == fourier_m else 'fourier_sparse')
         n = sum(p.numel() for p in model.parameters()) / 1e6
-        assert abs(n - target) <= 0.03 * target, (name, kernel_type, n)
+        assert abs(n - target) <= 0.03 * target, (model_name, kwargs, n)
 
 
 def test_paper_kernel_settings():
