@@ -4,8 +4,11 @@
   is ``softmax(weight)`` over the taps, shared by the ``dim // num_heads`` consecutive channels
   of each head.
 - :class:`DynamicConv1d`: ``weight_linear = nn.Linear(dim, num_heads * kernel_size)`` predicts
-  the kernel of every position from that position's features, softmax over the taps.
-  The linear layer has a bias, so with its weight at zero the module is a LightConv.
+  the kernel of every position from that position's features, softmax over the taps. Without a bias by default,
+  as in the paper (Eq. 4) and fairseq; ``predictor_bias=True`` adds one (with its weight at zero the module is then a
+  LightConv). A checkpoint decides: a layer loading a state dict that has ``weight_linear.bias`` takes it (checkpoints
+  written before the default changed load as they were trained), one loading ``weight_linear.weight`` without it drops
+  its own.
 - DropConnect (``weight_dropout = p``), training only: every entry of the *normalized* kernel
   is zeroed with probability ``p`` and the survivors are divided by ``1 - p`` (as in the
   paper, §3, and ``F.dropout``), so a kernel keeps its expected sum of 1. LightConv draws one
@@ -113,10 +116,35 @@ class DynamicConv1d(_HeadConv1d):
     random stream).
     """
 
-    def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
+    def __init__(
+        self,
+        dim: int,
+        kernel_size: int,
+        num_heads: int,
+        engine: str = 'auto',
+        predictor_bias: bool = False,
+        **options,
+    ) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
         self.engine = check_choice(type(self).__name__, 'engine', engine, engines.DYNAMIC_CONV_ENGINES)
-        self.weight_linear = nn.Linear(dim, num_heads * kernel_size)
+        self.weight_linear = nn.Linear(dim, num_heads * kernel_size, bias=predictor_bias)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # the checkpoint's predictor has a bias or not: the layer follows it (see the module docstring)
+        lin, key = self.weight_linear, prefix + 'weight_linear.'
+        if key + 'bias' in state_dict and lin.bias is None:
+            lin.bias = nn.Parameter(lin.weight.new_zeros(lin.out_features))
+        elif key + 'weight' in state_dict and key + 'bias' not in state_dict and lin.bias is not None:
+            lin.bias = None
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    @property
+    def predictor_bias(self) -> bool:
+        return self.weight_linear.bias is not None
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position kernels ``(B, H, L, K)`` for ``x`` of shape ``(B, C, L)``.
@@ -126,7 +154,9 @@ class DynamicConv1d(_HeadConv1d):
         """
         B, _, L = x.shape
         lin = self.weight_linear
-        logits = torch.matmul(lin.weight, x) + lin.bias[:, None]  # (B, H*K, L)
+        logits = torch.matmul(lin.weight, x)  # (B, H*K, L)
+        if lin.bias is not None:
+            logits = logits + lin.bias[:, None]
         w = torch.softmax(logits.view(B, self.num_heads, self.kernel_size, L), dim=2)
         w = F.dropout(w, self.weight_dropout, self.training)
         return w.transpose(2, 3)

@@ -195,6 +195,8 @@ class TaLKConv2d(_MaximaInState):
 
     The box of pixel (i, j) spans rows ``[i - o_t * max_top, i + o_b * max_bottom]`` and columns
     ``[j - o_l * max_left, j + o_r * max_right]`` (clamped), normalized by the maximum box area.
+    ``causal=True`` (``max_right = max_bottom = 0``): boxes reach up and left only, so every pixel they cover comes
+    at or before (i, j) in raster order (our extension of the paper's decoder windows to 2-D).
     """
 
     _MAXIMA = ('max_left', 'max_right', 'max_top', 'max_bottom')
@@ -208,6 +210,7 @@ class TaLKConv2d(_MaximaInState):
         max_right: int | None = None,
         max_top: int | None = None,
         max_bottom: int | None = None,
+        causal: bool = False,
         offsets_dropout: float = 0.0,
         engine: str = 'auto',
         backend: str | None = None,
@@ -216,7 +219,13 @@ class TaLKConv2d(_MaximaInState):
         cls = type(self).__name__
         engine = _check_common(cls, dim, num_heads, offsets_dropout, engine, backend)
         H, W = check_size2(cls, 'input_size', input_size)
-        self.dim, self.input_size, self.num_heads = dim, (H, W), num_heads
+        if causal:
+            if max_right not in (None, 0) or max_bottom not in (None, 0):
+                raise ValueError(
+                    f'{cls}: causal=True needs max_right=0 and max_bottom=0 (or None), got {max_right}, {max_bottom}'
+                )
+            max_right = max_bottom = 0
+        self.dim, self.input_size, self.num_heads, self.causal = dim, (H, W), num_heads, causal
         self.max_left = _resolve_max(cls, 'max_left', max_left, W)
         self.max_right = _resolve_max(cls, 'max_right', max_right, W)
         self.max_top = _resolve_max(cls, 'max_top', max_top, H)
@@ -244,5 +253,6 @@ class TaLKConv2d(_MaximaInState):
         return (
             f'dim={self.dim}, input_size={self.input_size}, num_heads={self.num_heads}, '
             f'max_left={self.max_left}, max_right={self.max_right}, max_top={self.max_top}, '
-            f'max_bottom={self.max_bottom}, offsets_dropout={self.offsets_dropout}, engine={self.engine!r}'
+            f'max_bottom={self.max_bottom}, causal={self.causal}, offsets_dropout={self.offsets_dropout}, '
+            f'engine={self.engine!r}'
         )

@@ -57,13 +57,14 @@ class LightConvNeXt(MixerConvNeXt):
 
 
 class DynConvNeXt(LightConvNeXt):
-    """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt` and the mixers' ``engine``
-    (``'auto'``, ``'torch'`` or ``'triton'``; :func:`mrconvnext.ops.engines.dynamic_conv_engine`)."""
+    """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt`, the mixers' ``engine``
+    (``'auto'``, ``'torch'`` or ``'triton'``; :func:`mrconvnext.ops.engines.dynamic_conv_engine`) and
+    ``predictor_bias`` (a bias in the kernel predictor: off, as in the paper; checkpoints with one still load)."""
 
     mixer_layer = DynamicConv2d
 
-    def __init__(self, engine: str = 'auto', **kwargs) -> None:
-        self.extra_mixer_cfg = dict(engine=engine)
+    def __init__(self, engine: str = 'auto', predictor_bias: bool = False, **kwargs) -> None:
+        self.extra_mixer_cfg = dict(engine=engine, predictor_bias=predictor_bias)
         super().__init__(**kwargs)
 
 

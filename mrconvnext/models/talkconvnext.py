@@ -28,7 +28,10 @@ class TaLKConvNeXt(MixerConvNeXt):
 
     Args:
         channels_per_head: channels sharing one window (``num_heads = max(1, dim // channels_per_head)``).
-        offsets_dropout: offsets dropout probability (training only, never rescales offsets above 1).
+        offsets_dropout: offsets dropout probability (training only, never rescales offsets above 1); 0 by default
+            (the paper trains with 0.1: see docs/workflow.md's recipe table).
+        causal: windows that only look back in raster order (1-D: ``max_right = 0``; 2-D: boxes reaching up and left
+            only); the paper's decoder setting, off for images.
         engine: the mixers' TaLK engine (``'auto'``: Triton on CUDA, the native kernels on the CPU where they build,
             else PyTorch; :mod:`mrconvnext.ops.engines`).
         backend: deprecated spelling of ``engine`` (configs that hold it still load, with a warning).
@@ -41,6 +44,7 @@ class TaLKConvNeXt(MixerConvNeXt):
         self,
         channels_per_head: int = 16,
         offsets_dropout: float = 0.0,
+        causal: bool = False,
         engine: str = 'auto',
         backend: str | None = None,
         **kwargs,
@@ -48,7 +52,7 @@ class TaLKConvNeXt(MixerConvNeXt):
         if backend is not None:
             engine = engines.from_backend(type(self).__name__, 'talk', backend, 'auto', engine)[1]
         self.channels_per_head = channels_per_head
-        self.mixer_cfg = dict(offsets_dropout=offsets_dropout, engine=engine)
+        self.mixer_cfg = dict(offsets_dropout=offsets_dropout, causal=causal, engine=engine)
         super().__init__(**kwargs)
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:

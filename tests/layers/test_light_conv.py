@@ -60,12 +60,14 @@ def test_lightconv_module_matches_loop(K: int, causal: bool) -> None:
     torch.testing.assert_close(m(x), ref)
 
 
+@pytest.mark.parametrize('predictor_bias', [False, True])
 @pytest.mark.parametrize('causal', [False, True])
 @pytest.mark.parametrize('K', KERNEL_SIZES)
-def test_dynamicconv_module_matches_loop(K: int, causal: bool) -> None:
-    m = randomize(DynamicConv1d(6, K, 3, causal=causal, bias=True)).double().eval()
+def test_dynamicconv_module_matches_loop(K: int, causal: bool, predictor_bias: bool) -> None:
+    m = randomize(DynamicConv1d(6, K, 3, causal=causal, bias=True, predictor_bias=predictor_bias)).double().eval()
     x = torch.randn(2, 6, L, dtype=torch.float64)
-    W, c0 = m.weight_linear.weight.tolist(), m.weight_linear.bias.tolist()
+    W = m.weight_linear.weight.tolist()
+    c0 = m.weight_linear.bias.tolist() if predictor_bias else [0.0] * (3 * K)
     xs = x.tolist()
 
     def kernel_at(b: int, h: int, t: int) -> list[float]:
@@ -146,7 +148,9 @@ def test_forward_backward(cls: type, causal: bool) -> None:
 def test_parameter_names_and_shapes() -> None:
     light = LightConv1d(96, 31, 8, bias=True)
     assert {n: tuple(p.shape) for n, p in light.named_parameters()} == {'weight': (8, 31), 'bias': (96,)}
-    dyn = DynamicConv1d(96, 31, 8)
+    dyn = DynamicConv1d(96, 31, 8)  # no predictor bias, as in the paper
+    assert {n: tuple(p.shape) for n, p in dyn.named_parameters()} == {'weight_linear.weight': (8 * 31, 96)}
+    dyn = DynamicConv1d(96, 31, 8, predictor_bias=True)
     assert {n: tuple(p.shape) for n, p in dyn.named_parameters()} == {
         'weight_linear.weight': (8 * 31, 96),
         'weight_linear.bias': (8 * 31,),
@@ -244,3 +248,17 @@ def test_dynamic_conv_layers_take_an_engine():
         ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch', 'triton'\), got 'cuda'"
     ):
         DynamicConv1d(8, 3, 2, engine='cuda')
+
+
+@pytest.mark.parametrize('saved_bias', [False, True])
+@pytest.mark.parametrize('layer_bias', [False, True])
+def test_the_checkpoint_decides_the_predictor_bias(saved_bias: bool, layer_bias: bool) -> None:
+    """A state dict with ``weight_linear.bias`` (every checkpoint written before the default changed) loads into a
+    bias-less layer and computes what it computed; one without it removes a layer's bias; strict loading passes."""
+    saved = randomize(DynamicConv1d(8, 5, 2, predictor_bias=saved_bias)).eval()
+    layer = DynamicConv1d(8, 5, 2, predictor_bias=layer_bias)
+    layer.load_state_dict(saved.state_dict())
+    assert layer.predictor_bias == saved_bias and set(layer.state_dict()) == set(saved.state_dict())
+    x = torch.randn(2, 8, 11)
+    torch.testing.assert_close(layer.eval()(x), saved(x), rtol=0, atol=0)
+    assert all(p.requires_grad for p in layer.parameters())

@@ -194,3 +194,30 @@ def test_causal_layer_refuses_a_right_maximum():
     src = TaLKConv1d(4, 16, num_heads=2)
     with pytest.raises(RuntimeError, match='causal layer needs max_right = 0'):
         TaLKConv1d(4, 16, num_heads=2, causal=True).load_state_dict(src.state_dict())
+
+
+def test_talk2d_causal_boxes_look_up_and_left_only():
+    """causal=True: max_right = max_bottom = 0, so no output depends on a pixel after it in raster order (checked by
+    perturbing each pixel); a max_right or max_bottom beside it is a ValueError."""
+    layer = TaLKConv2d(4, (5, 6), num_heads=2, causal=True).double().eval()
+    assert (layer.max_right, layer.max_bottom, layer.causal) == (0, 0, True) and layer.max_left == 3
+    x = torch.randn(1, 4, 5, 6, dtype=torch.float64)
+    with torch.no_grad():
+        y = layer(x)
+        for p in range(30):
+            x2 = x.clone()
+            x2.view(1, 4, 30)[..., p] += 1.0
+            changed = (layer(x2) - y).abs().amax(dim=1).view(30) > 0
+            assert not changed[:p].any(), p  # nothing before p in raster order moves
+    with pytest.raises(ValueError, match='causal=True needs max_right=0 and max_bottom=0'):
+        TaLKConv2d(4, (5, 6), causal=True, max_bottom=2)
+
+
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'talkconvnext2d_atto'])
+def test_talk_models_expose_causal_and_offsets_dropout(name):
+    import timm
+
+    model = timm.create_model(name, causal=True, offsets_dropout=0.1)
+    for m in model.mixers():
+        assert m.causal and m.max_right == 0 and m.offsets_dropout == 0.1
+        assert getattr(m, 'max_bottom', 0) == 0
