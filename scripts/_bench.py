@@ -161,6 +161,38 @@ def print_table(rows: Iterable[dict], columns: Sequence[Column], title: str | No
     print('\n'.join(format_table(rows, columns)))
 
 
+def gpu_time_and_peak(run: Callable[[], object]) -> tuple[float, float]:
+    """The GPU benchmarks' measurement of one case: ``triton.testing.do_bench``'s median in ms (CUDA events, after
+    warm-up), and the peak extra CUDA memory of one more call in MiB (``max_memory_allocated`` minus what was
+    allocated before)."""
+    import torch
+    from triton.testing import do_bench
+
+    ms = do_bench(run, warmup=25, rep=200, return_mode='median')
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    return ms, (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def markdown_report(
+    rows: Sequence[dict], title: str, out: str | Path, stem: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """A markdown table of ``rows`` (every key of any row, in first-seen order) under ``title``, then ``extra``
+    lines; written with the CSV to ``out/stem.{md,csv}`` unless ``out`` is empty. Returns the lines."""
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    lines = [title, '', '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+    lines += ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
+    lines += ['', *extra] if extra else []
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f'{stem}.md').write_text('\n'.join(lines) + '\n')
+        write_csv(Path(out) / f'{stem}.csv', rows, header)
+    return lines
+
+
 def spread(row: dict, digits: int = 1) -> str:
     """``min-max`` of a row's ``min_ms`` / ``max_ms``."""
     return f'{row["min_ms"]:.{digits}f}-{row["max_ms"]:.{digits}f}'

@@ -20,7 +20,6 @@ and writing the logits (2 K / 16 B), the kernel reading both (2 + 2 K / 16 B), w
 """
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
 import torch  # noqa: E402
+from _bench import gpu_time_and_peak, markdown_report  # noqa: E402
 
 STAGES = [(96, 56, 7), (192, 28, 15), (384, 14, 31), (768, 7, 31)]  # (C, side, K)
 HEAD_DIM = 16
@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not torch.cuda.is_available():
         sys.exit('bench_dynconv_gpu: no CUDA device visible (--accounting needs none)')
     from timm.layers import create_conv2d
-    from triton.testing import do_bench
 
     from mrconvnext.layers import DynamicConv2d
 
@@ -119,13 +118,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for name, module in cases.items():
                 module = module.cuda()
                 run = _runner(module, x, mode)
-                ms = do_bench(run, warmup=25, rep=200, return_mode='median')
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                run()
-                torch.cuda.synchronize()
-                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+                ms, peak = gpu_time_and_peak(run)
                 base = ms if name == 'dwconv7x7' else base
                 row = dict(stage=stage, B=args.batch, C=C, L=S * S, K=K, mode=mode, case=name)
                 row.update(median_ms=round(ms, 4), ratio_vs_dwconv=round(ms / base, 3), peak_extra_mb=round(peak, 1))
@@ -135,24 +128,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 rows.append(row)
                 print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)
         del x, cases
-    header = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
-    lines = [
-        f'DynamicConv per stage on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}',
-        '',
-        '| ' + ' | '.join(header) + ' |',
-        '|' + ' --- |' * len(header),
-    ]
-    lines += ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
-    lines += ['', *accounting()]
-    print('\n'.join(lines))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / 'gpu_dynconv_ops.md').write_text('\n'.join(lines) + '\n')
-        with open(out / 'gpu_dynconv_ops.csv', 'w', newline='') as f:
-            w = csv.DictWriter(f, fieldnames=header)
-            w.writeheader()
-            w.writerows(rows)
+    title = (
+        f'DynamicConv per stage on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}'
+    )
+    print('\n'.join(markdown_report(rows, title, args.out, 'gpu_dynconv_ops', accounting())))
     return rows
 
 

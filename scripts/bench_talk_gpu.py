@@ -15,15 +15,15 @@ of the same stage and mode; peak memory is ``torch.cuda.max_memory_allocated`` o
 allocated before. ``bytes/elem`` is the forward traffic per map element the operator's design needs under bf16
 (``--accounting`` prints the model alone, without a GPU): x read (2 B), the float32 table written (4 B) and read at the
 edges (counted once: the gathers hit cache), y written (2 B), the offsets (4 B per side and head, over the head's 16
-channels), and the scan's read of x (2 B) where the table is built (not for the 1-D plane kernels of rows <= 256);
-ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``).
+channels), and the scan's read of x (2 B) where the table is built (not for the plane kernels);
+ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``). Maps of at most 256 positions (1-D rows and 2-D
+maps) run the plane kernels: x and y once, no table.
 
     python scripts/bench_talk_gpu.py [--batch 128] [--out results]
     python scripts/bench_talk_gpu.py --accounting
 """
 
 import argparse
-import csv
 import functools
 import sys
 from pathlib import Path
@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
 import torch  # noqa: E402
+from _bench import gpu_time_and_peak, markdown_report  # noqa: E402
 
 STAGES = [(96, 56), (192, 28), (384, 14), (768, 7)]  # (C, side)
 HEAD_DIM = 16
@@ -45,9 +46,9 @@ def bytes_per_element(op: str, length: int) -> float:
     """Forward bytes per map element of the Triton operator under bf16 (see the module docstring)."""
     sides = 2 if op == 'talk1d' else 4
     offsets = 4 * sides / HEAD_DIM
-    if op == 'talk1d' and length <= PLANE_MAX_LENGTH:
+    if length <= PLANE_MAX_LENGTH:
         return 2 + 2 + offsets  # the plane kernels: x once, y once, the offsets
-    return 2 + 4 + 4 + 2 + offsets  # scan reads x and writes the table; the gathers read it and x; y written
+    return 2 + 4 + 4 + 2 + 2 + offsets  # scan: x read, table written; gathers: table and x read; y written
 
 
 def accounting() -> list[str]:
@@ -103,7 +104,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not torch.cuda.is_available():
         sys.exit('bench_talk_gpu: no CUDA device visible (--accounting needs none)')
     from timm.layers import create_conv2d
-    from triton.testing import do_bench
 
     from mrconvnext.layers import TaLKConv2d, TaLKConvFlat2d
 
@@ -131,13 +131,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 else:
                     params = []
                 run = _runner(module, inputs, mode, params)
-                ms = do_bench(run, warmup=25, rep=200, return_mode='median')
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                run()
-                torch.cuda.synchronize()
-                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+                ms, peak = gpu_time_and_peak(run)
                 base = ms if name == 'dwconv7x7' else base
                 row = dict(stage=stage, B=args.batch, C=C, HW=f'{S}x{S}', mode=mode, case=name)
                 row.update(median_ms=round(ms, 4), ratio_vs_dwconv=round(ms / base, 3), peak_extra_mb=round(peak, 1))
@@ -147,24 +141,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 rows.append(row)
                 print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)
         del x, xb, cases
-    header = list(dict.fromkeys(k for r in rows for k in r))
-    lines = [
-        f'TaLK per stage on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}',
-        '',
-        '| ' + ' | '.join(header) + ' |',
-        '|' + ' --- |' * len(header),
-    ]
-    lines += ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
-    lines += ['', *accounting()]
-    print('\n'.join(lines))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / 'gpu_talk_ops.md').write_text('\n'.join(lines) + '\n')
-        with open(out / 'gpu_talk_ops.csv', 'w', newline='') as f:
-            w = csv.DictWriter(f, fieldnames=header)
-            w.writeheader()
-            w.writerows(rows)
+    title = f'TaLK per stage on {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}'
+    print('\n'.join(markdown_report(rows, title, args.out, 'gpu_talk_ops', accounting())))
     return rows
 
 

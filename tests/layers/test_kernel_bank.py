@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mrconvnext.layers import KERNEL_TYPES, MRConv1d, MRConv2d
 from mrconvnext.layers.kernel_bank import stack_branch_kernels
 from mrconvnext.layers.kernel_params import DilatedKernel, FourierKernel, fourier_basis
+from tests.dispatch import RecordOps
 from tests.reference import branch_kernel_reference
 
 # (seq_len, kernel_size): short branches that cap the Fourier modes and the sparse taps, kernels longer than the map
@@ -72,17 +72,17 @@ def test_float32_and_half_parameters_batched_equal_per_branch(kernel_type, dtype
 
 def test_the_default_is_per_branch_on_the_cpu_and_batched_elsewhere():
     layer = _layer('fourier_sparse', False, 40, 6, torch.float32)
-    ops = _Ops()
+    ops = RecordOps()
     with ops:
         layer.branch_kernels()
     assert 'aten.bmm.default' not in ops.names and 'aten.constant_pad_nd.default' in ops.names
-    ops = _Ops()
+    ops = RecordOps()
     k = _on_fake_cuda(layer, MRConv1d.branch_kernels, ops)
     assert isinstance(k, FakeTensor) and k.device.type == 'cuda' and k.shape == (layer.num_branches, 3, 79)
     assert 'aten.bmm.default' in ops.names and 'aten.constant_pad_nd.default' not in ops.names
 
 
-def _on_fake_cuda(module: torch.nn.Module, method, ops: TorchDispatchMode | None = None):
+def _on_fake_cuda(module: torch.nn.Module, method, ops: RecordOps | None = None):
     """``method(module)`` with the module's parameters and buffers as fake CUDA tensors (under ``ops`` if given)."""
     mode = FakeTensorMode()
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
@@ -90,24 +90,6 @@ def _on_fake_cuda(module: torch.nn.Module, method, ops: TorchDispatchMode | None
         fake = {k: mode.from_tensor(v).to('cuda') for k, v in state.items()}
         with torch.nn.utils.stateless._reparametrize_module(module, fake), ops or contextlib.nullcontext():
             return method(module)
-
-
-class _Ops(TorchDispatchMode):
-    """Records the ATen ops that compute (views are free)."""
-
-    FREE = ('view', 'expand', 'unsqueeze', 'reshape', 'transpose', 'permute', 'slice', 'select', '_unsafe_view', 't.')
-
-    def __init__(self):
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-    @property
-    def work(self) -> list[str]:
-        return [n for n in self.names if not any(n.startswith('aten.' + f) for f in self.FREE)]
 
 
 @pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
@@ -121,7 +103,7 @@ def test_batched_op_count_does_not_grow_with_the_number_of_branches(kernel_type)
             layer = MRConv1d(8, 200, kernel_size=13, max_branches=max_branches, **kt)
         assert layer.num_branches == max_branches
         for _ in range(2):
-            ops = _Ops()
+            ops = RecordOps()
             with ops:
                 k = layer.branch_kernels()
                 torch.autograd.grad(k.sum(), list(layer.branches.parameters()))

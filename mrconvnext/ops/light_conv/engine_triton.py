@@ -53,15 +53,19 @@ def block_sizes(heads: int, head_dim: int, taps: int) -> dict[str, int]:
 
 @triton.jit
 def _tile(L, H, R, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr):
-    """This program's image, positions ``t (BLOCK_L,)``, heads ``h (BLOCK_H,)``, channels ``c (BLOCK_H, BLOCK_R)``
-    and their masks; the grid is (position blocks, head blocks, images)."""
+    """This program's image, positions ``t (BLOCK_L,)``, heads ``h (BLOCK_H,)``, channels ``c (BLOCK_H, BLOCK_R)``,
+    the ``(t, h)`` rows ``(b L + t) H + h`` of the logits, and the masks of t, of the rows and of ``(t, h, r)``; the
+    grid is (position blocks, head blocks, images)."""
     b = tl.program_id(2).to(tl.int64)
     t = tl.program_id(0).to(tl.int64) * BLOCK_L + tl.arange(0, BLOCK_L).to(tl.int64)
     h = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H).to(tl.int64)
     r = tl.arange(0, BLOCK_R).to(tl.int64)
     c = h[:, None] * R + r[None, :]
     cmask = (h < H)[:, None] & (r < R)[None, :]
-    return b, t, h, c, t < L, h < H, cmask
+    tmask = t < L
+    row = (b * L + t)[:, None] * H + h[None, :]
+    rmask = tmask[:, None] & (h < H)[None, :]
+    return b, t, h, c, row, tmask, rmask, cmask, tmask[:, None, None] & cmask[None, :, :]
 
 
 @triton.jit
@@ -101,9 +105,7 @@ def dynamic_conv_fwd_jit(
     BLOCK_K: tl.constexpr,
 ):
     acc_ty = tl.float64 if ACC_F64 else tl.float32
-    b, t, h, c, tmask, hmask, cmask = _tile(L, H, R, BLOCK_L, BLOCK_H, BLOCK_R)
-    row = (b * L + t)[:, None] * H + h[None, :]  # (BLOCK_L, BLOCK_H)
-    rmask = tmask[:, None] & hmask[None, :]
+    b, t, h, c, row, tmask, rmask, cmask, full = _tile(L, H, R, BLOCK_L, BLOCK_H, BLOCK_R)
     if SOFTMAX:
         kk = tl.arange(0, BLOCK_K)
         lmask = rmask[:, :, None] & (kk < K)[None, None, :]
@@ -120,8 +122,7 @@ def dynamic_conv_fwd_jit(
         w = _weight(lg, drop, lse, row, k, rmask & live[:, None], K, SOFTMAX, HAS_DROP, ACC_F64)
         xv = tl.load(xb + src[:, None, None] * sxl, mask=live[:, None, None] & cmask[None, :, :], other=0.0)
         acc += w[:, :, None] * xv.to(acc_ty)
-    out = y + (b * L + t)[:, None, None] * C + c[None, :, :]
-    tl.store(out, acc.to(y.dtype.element_ty), mask=tmask[:, None, None] & cmask[None, :, :])
+    tl.store(y + (b * L + t)[:, None, None] * C + c[None, :, :], acc.to(y.dtype.element_ty), mask=full)
 
 
 @triton.jit
@@ -156,10 +157,7 @@ def dynamic_conv_bwd_jit(
     BLOCK_R: tl.constexpr,
 ):
     acc_ty = tl.float64 if ACC_F64 else tl.float32
-    b, t, h, c, tmask, hmask, cmask = _tile(L, H, R, BLOCK_L, BLOCK_H, BLOCK_R)
-    row = (b * L + t)[:, None] * H + h[None, :]
-    rmask = tmask[:, None] & hmask[None, :]
-    full = tmask[:, None, None] & cmask[None, :, :]
+    b, t, h, c, row, tmask, rmask, cmask, full = _tile(L, H, R, BLOCK_L, BLOCK_H, BLOCK_R)
     gb = g + b * sgb + c[None, :, :] * sgc
     xb = x + b * sxb + c[None, :, :] * sxc
     gt = tl.load(gb + t[:, None, None] * sgl, mask=full, other=0.0).to(acc_ty)  # g at this block's positions
@@ -184,7 +182,7 @@ def dynamic_conv_bwd_jit(
             dst = t + lag
             live = tmask & (dst >= 0) & (dst < L)
             drow = (b * L + dst)[:, None] * H + h[None, :]
-            w = _weight(lg, drop, lse, drow, k, live[:, None] & hmask[None, :], K, SOFTMAX, HAS_DROP, ACC_F64)
+            w = _weight(lg, drop, lse, drow, k, live[:, None] & (h < H)[None, :], K, SOFTMAX, HAS_DROP, ACC_F64)
             gv = tl.load(gb + dst[:, None, None] * sgl, mask=live[:, None, None] & cmask[None, :, :], other=0.0)
             acc_dx += w[:, :, None] * gv.to(acc_ty)
     if NEED_DX:

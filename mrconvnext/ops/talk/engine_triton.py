@@ -420,19 +420,23 @@ def _plane_edges(off, b, h, t, tmask, L, sob, soh, sol, sos, ml, mr):
 
 
 @triton.jit
+def _plane_program(heads, R, norm_hi, norm_lo, BLOCK_R: tl.constexpr):
+    """A plane kernel's (image, head), its head's channels ``c``, their mask and the window normalizer."""
+    pid = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, BLOCK_R).to(tl.int64)
+    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    return pid // heads, pid % heads, (pid % heads) * R + r, r < R, norm
+
+
+@triton.jit
 def talk1d_plane_fwd_jit(
     x, off, y, L, R, heads, sxb, sxc, sxl, syb, syc, syl, sob, soh, sol, sos, ml, mr, norm_hi, norm_lo,
     PRECISION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_R: tl.constexpr,
 ):  # fmt: skip
     """Short rows in one launch, no prefix table: one program per (image, head) walks its plane ``(L, R)``; each
     block of ``BLOCK_T`` outputs is the window matrix times the plane, ``BLOCK_J`` inputs per product."""
-    pid = tl.program_id(0).to(tl.int64)
-    b, h = pid // heads, pid % heads
-    r = tl.arange(0, BLOCK_R).to(tl.int64)
-    c = h * R + r
-    rmask = r < R
+    b, h, c, rmask, norm = _plane_program(heads, R, norm_hi, norm_lo, BLOCK_R)
     xb = x + b * sxb + c[None, :] * sxc
-    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
     for t0 in range(0, L, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
         tmask = t < L
@@ -455,12 +459,7 @@ def talk1d_plane_bwd_jit(
     """The backward of :func:`talk1d_plane_fwd_jit`, no atomics: each block of ``BLOCK_J`` inputs' ``dx`` is the
     transposed window matrices times the output gradient, summed over the position blocks; the offsets' gradients
     gather x at the edges (``doff (B, heads, L, 2)`` contiguous)."""
-    pid = tl.program_id(0).to(tl.int64)
-    b, h = pid // heads, pid % heads
-    r = tl.arange(0, BLOCK_R).to(tl.int64)
-    c = h * R + r
-    rmask = r < R
-    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    b, h, c, rmask, norm = _plane_program(heads, R, norm_hi, norm_lo, BLOCK_R)
     gb = g + b * sgb + c[None, :] * sgc
     if NEED_DX:
         for j0 in range(0, L, BLOCK_J):
@@ -512,13 +511,8 @@ def talk2d_plane_fwd_jit(
     ``(i, j)`` is the product of its row and column window weights (the bilinear integral image is separable), so
     each block of ``BLOCK_T`` outputs is a ``(BLOCK_T, H W)`` weight matrix times the flattened plane."""
     N = H * W
-    pid = tl.program_id(0).to(tl.int64)
-    b, h = pid // heads, pid % heads
-    r = tl.arange(0, BLOCK_R).to(tl.int64)
-    c = h * R + r
-    rmask = r < R
+    b, h, c, rmask, norm = _plane_program(heads, R, norm_hi, norm_lo, BLOCK_R)
     xb = x + b * sxb + c[None, :] * sxc
-    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
     for t0 in range(0, N, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T).to(tl.int64)
         tmask = t < N
@@ -545,12 +539,7 @@ def talk2d_plane_bwd_jit(
     is the other axis's window applied to the row or column at the edge (a product with a one-hot factor), reduced
     with the output gradient over the head's channels (``doff (B, heads, H W, 4)`` contiguous)."""
     N = H * W
-    pid = tl.program_id(0).to(tl.int64)
-    b, h = pid // heads, pid % heads
-    r = tl.arange(0, BLOCK_R).to(tl.int64)
-    c = h * R + r
-    rmask = r < R
-    norm = tl.cast(norm_hi, tl.float32) + tl.cast(norm_lo, tl.float32)  # see _norm
+    b, h, c, rmask, norm = _plane_program(heads, R, norm_hi, norm_lo, BLOCK_R)
     gb = g + b * sgb + c[None, :] * sgc
     xb = x + b * sxb + c[None, :] * sxc
     if NEED_DX:

@@ -218,20 +218,12 @@ def test_bad_inputs():
 
 _FAKE_CUDA = textwrap.dedent(
     """
-    import math
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
     from mrconvnext.layers import DynamicConv2d
     from mrconvnext.ops.light_conv.engine_triton import dynamic_conv_triton, dynamic_conv_triton_backward
+    from tests.dispatch import RecordOps
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append((str(func), [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
-            return func(*args, **(kwargs or {}))
 
     layer = DynamicConv2d(96, (56, 56), kernel_size=7, num_heads=6)
     mode = FakeTensorMode()
@@ -242,7 +234,7 @@ _FAKE_CUDA = textwrap.dedent(
         x = torch.randn(32, 96, 56, 56, device='cuda').to(memory_format=torch.channels_last).requires_grad_()
         torch.set_autocast_enabled('cuda', True)
         torch.set_autocast_dtype('cuda', torch.bfloat16)
-        ops = Ops()
+        ops = RecordOps()
         try:
             with ops, torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((tuple(t.shape), t.dtype)) or t,
                                                                lambda t: t):
@@ -258,13 +250,11 @@ _FAKE_CUDA = textwrap.dedent(
     assert dx.shape == xt.shape and dx.dtype == torch.float32 and dlogits.dtype == torch.bfloat16
     assert lse.shape == (32, 3136, 6) and lse.dtype == torch.float32
     assert y.is_contiguous(memory_format=torch.channels_last) and y.dtype == torch.bfloat16, (y.stride(), y.dtype)
-    names = [n for n, _ in ops.ops]
-    assert 'mrconvnext.dynamic_conv_triton.default' in names, names
-    assert 'mrconvnext.dynamic_conv_triton_backward.default' in [n for n, _ in ops.ops]
-    copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default')
-              and o[1] and math.prod(o[1][0]) == 32 * 96 * 3136]
+    assert 'mrconvnext.dynamic_conv_triton.default' in ops.names, ops.names
+    assert 'mrconvnext.dynamic_conv_triton_backward.default' in ops.names
+    copies = ops.copies_of(32 * 96 * 3136)
     # x is read in place (channels-last): only autocast's one cast to bf16, which the GEMM and the kernel share
-    assert [o[0] for o in copies] == ['aten._to_copy.default'], copies
+    assert [name for name, _ in copies] == ['aten._to_copy.default'], copies
     big = [s for s in saved if s[0][0] == 32 and len(s[0]) == 4 and s[0][-1] == 7 and s[1] == torch.float32]
     assert not big, big  # no float32 (B, H, L, K) weights saved: the bf16 logits and the log-sum-exp
     print('saved', saved)

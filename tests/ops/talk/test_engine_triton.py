@@ -104,53 +104,26 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
 
 
 @triton_cpu
+@pytest.mark.parametrize('dims', [1, 2])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
-def test_plane_kernels_equal_the_scan_kernels(monkeypatch, dtype, layout):
-    """Short rows: the one-launch plane kernels and the scan + gather kernels (forced by PLANE_MAX_LENGTH = 0) give the
-    same y, dx and doffsets (float32 accumulation both; the plane kernels sum in another order, so float16 results can
-    round one unit apart)."""
-    from mrconvnext.ops.talk import engine_triton as tt
-
-    B, C, H, L = 2, 32, 2, 196
-    x = torch.randn(B, C, L).to(dtype)
-    if layout == 'channels_last':
-        x = x.mT.contiguous().mT
-    off = torch.rand(B, H, L, 2)
-    g = torch.randn(B, C, L).to(dtype)
-
-    def run():
-        xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
-        y = talk1d(xg, og, 98, 98, engine='triton')
-        return (y, *torch.autograd.grad(y, (xg, og), g))
-
-    plane = run()
-    monkeypatch.setattr(tt, 'PLANE_MAX_LENGTH', 0)
-    scan = run()
-    # float16 results may round to neighbouring values: one unit in the last place apart
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-10, atol=1e-4)
-    for a, b in zip(plane, scan):
-        assert a.stride() == b.stride()
-        torch.testing.assert_close(a, b, **tol)
-
-
-@triton_cpu
-@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
-@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
-def test_2d_plane_kernels_equal_the_table_kernels(monkeypatch, dtype, layout):
-    """Small 2-D maps: the plane kernels and the integral-image kernels (forced by PLANE_MAX_LENGTH = 0) agree."""
+def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout):
+    """Short rows (1-D, 196 positions) and small maps (2-D, 14 x 14): the one-launch plane kernels and the scan +
+    gather kernels (forced by PLANE_MAX_LENGTH = 0) give the same y, dx and doffsets, in the same layout (float32
+    accumulation both, summed in another order: float16 results can round one unit apart)."""
     from mrconvnext.ops.talk import engine_triton as tt
 
     B, C, H, S = 2, 32, 2, 14
-    x = torch.randn(B, C, S, S).to(dtype)
+    x = torch.randn(B, C, S * S) if dims == 1 else torch.randn(B, C, S, S)
+    x = x.to(dtype)
     if layout == 'channels_last':
-        x = x.contiguous(memory_format=torch.channels_last)
-    off = torch.rand(B, H, S, S, 4)
-    g = torch.randn(B, C, S, S).to(dtype)
+        x = x.mT.contiguous().mT if dims == 1 else x.contiguous(memory_format=torch.channels_last)
+    off = torch.rand(B, H, S * S, 2) if dims == 1 else torch.rand(B, H, S, S, 4)
+    g = torch.randn(x.shape).to(dtype)
 
     def run():
         xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
-        y = talk2d(xg, og, 7, 7, 7, 7, engine='triton')
+        y = talk1d(xg, og, 98, 98, engine='triton') if dims == 1 else talk2d(xg, og, 7, 7, 7, 7, engine='triton')
         return (y, *torch.autograd.grad(y, (xg, og), g))
 
     plane = run()
@@ -260,49 +233,36 @@ def test_kernels_fit_hopper():
 
 _FAKE_CUDA_1D = textwrap.dedent(
     """
-    import math
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
     from mrconvnext.ops.talk import talk1d
     from mrconvnext.ops.talk.engine_triton import talk1d_triton_backward, talk2d_triton, talk2d_triton_backward
+    from tests.dispatch import RecordOps
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append((str(func), [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]))
-            return func(*args, **(kwargs or {}))
 
     B, C, L, heads = 32, 96, 3136, 6
     with FakeTensorMode():
         x = torch.randn(B, L, C, device='cuda', dtype=torch.bfloat16).transpose(1, 2)  # a flattened channels-last map
         off = torch.rand(B, L, heads, 2, device='cuda').transpose(1, 2)  # as TaLKConv1d's projection gives them
-        ops = Ops()
+        ops = RecordOps()
         with ops:
             y = talk1d(x, off, L // 2, L // 2)
             dx, doff = talk1d_triton_backward(torch.randn_like(y), x, off, L // 2, L // 2, True, True)
     assert y.stride() == x.stride() and dx.stride() == x.stride(), (y.stride(), dx.stride())
-    names = [n for n, _ in ops.ops]
-    assert 'mrconvnext.talk1d_triton.default' in names, names
-    copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default',
-                                             'aten.contiguous.default') and o[1] and math.prod(o[1][0]) >= B * C * L]
-    assert not copies, copies
+    assert 'mrconvnext.talk1d_triton.default' in ops.names, ops.names
+    assert not ops.copies_of(B * C * L), ops.copies_of(B * C * L)
 
     B, C, H, W = 32, 192, 28, 28  # TaLK-2D, stage 2
     with FakeTensorMode():
         x = torch.randn(B, C, H, W, device='cuda', dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         off = torch.rand(B, H, W, 12, 4, device='cuda').permute(0, 3, 1, 2, 4)  # as TaLKConv2d's projection gives
-        ops = Ops()
+        ops = RecordOps()
         with ops:
             y, P = talk2d_triton(x, off, 14, 14, 14, 14)
             dx, doff = talk2d_triton_backward(torch.randn_like(y), P, off, 14, 14, 14, 14, True, True)
     assert y.is_contiguous(memory_format=torch.channels_last) and dx.is_contiguous(memory_format=torch.channels_last)
     assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1 and doff.shape == off.shape
-    copies = [o for o in ops.ops if o[0] in ('aten.clone.default', 'aten.copy_.default', 'aten._to_copy.default',
-                                             'aten.contiguous.default') and o[1] and math.prod(o[1][0]) >= B * C * H * W]
-    assert not copies, copies
+    assert not ops.copies_of(B * C * H * W), ops.copies_of(B * C * H * W)
     """
 )
 
