@@ -147,6 +147,14 @@ class MRConv1d(ScriptedInPython):
             side; default :func:`default_num_taps`.
         seed: seed of the sparse tap positions; ``None`` draws one from torch's global RNG.
         deploy: build the reparameterized single-kernel form.
+        groups: reduced-dimension convolutions (paper App. B.2): the ``C`` channels are ``groups`` groups of
+            ``M = C / groups`` and every group shares one set of ``M`` filters, channel ``g M + m`` taking filter ``m``
+            (``M`` filters per branch instead of ``C``; the BatchNorms, ``alpha`` / ``beta`` and the bias stay per
+            channel). The deployed kernel is expanded to the ``C`` channels: the folded BatchNorm scales differ per
+            channel, so the merged kernels do too (reparameterization stays exact). Default 1: a filter per channel.
+            The paper's multi-head convolutions (App. B.1: ``H`` copies of the input, ``H C`` filters) are not built:
+            a ``C -> C`` mixer would have to sum the heads, which, with a BatchNorm each and the merge, is the same
+            as ``H`` times the branches.
         method: ``'auto'``, ``'fft'`` or ``'direct'``, passed to :func:`~mrconvnext.ops.long_conv1d`.
         engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``, passed to it too
             (:mod:`mrconvnext.ops.engines`).
@@ -166,6 +174,7 @@ class MRConv1d(ScriptedInPython):
         num_taps: int | None = None,
         seed: int | None = None,
         deploy: bool = False,
+        groups: int = 1,
         method: str = 'auto',
         engine: str = 'auto',
         backend: str | None = None,
@@ -186,7 +195,11 @@ class MRConv1d(ScriptedInPython):
         if kernel_size is None:
             kernel_size = math.ceil(seq_len / 2 ** (max_branches - 1))
         kernel_size = check_int(cls, 'kernel_size', kernel_size)
+        groups = check_int(cls, 'groups', groups)
+        if dim % groups:
+            raise ValueError(f'{cls}: groups ({groups}) must divide dim ({dim})')
         self.dim = dim
+        self.groups = groups
         self.seq_len = seq_len
         self.kernel_size = kernel_size
         self.kernel_type = kernel_type
@@ -231,7 +244,7 @@ class MRConv1d(ScriptedInPython):
 
     def _make_branch(self, i: int, taps: int, modes: int, generator: torch.Generator) -> BranchKernel:
         reach = min(self.kernel_size * 2**i, self.seq_len)
-        kt, dim, causal = self.kernel_type, self.dim, self.causal
+        kt, dim, causal = self.kernel_type, self.dim // self.groups, self.causal  # filters per branch
         if kt == 'dilated':
             # taps past the common reach are never used: cap them (no parameter without a gradient) when they
             # lie beyond the nominal length anyway, refuse when they would have reached an output
@@ -269,7 +282,8 @@ class MRConv1d(ScriptedInPython):
     def branch_kernels(self) -> torch.Tensor:
         """The branch kernels in the common layout (Eq. 7), ``(N, C, P)`` with lag 0 at ``self.zero_lag``, synthesized
         for all branches together (:func:`~.kernel_bank.stack_branch_kernels`)."""
-        return stack_branch_kernels(list(self.branches), self.reach, self.causal)
+        kernels = stack_branch_kernels(list(self.branches), self.reach, self.causal)  # (N, C / groups, P)
+        return kernels if self.groups == 1 else kernels.repeat(1, self.groups, 1)  # channel g M + m: filter m
 
     def merged_kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The single ``(C, P)`` kernel and ``(C,)`` bias equal to the layer in eval mode."""
@@ -375,6 +389,7 @@ class MRConv1d(ScriptedInPython):
 
     def extra_repr(self) -> str:
         s = f'dim={self.dim}, seq_len={self.seq_len}, kernel_size={self.kernel_size}, branches={self.num_branches}'
+        s += f', groups={self.groups}' if self.groups > 1 else ''
         s += f', reach={self.reach}, causal={self.causal}'
         if self.deployed:
             return s + ', deployed=True'

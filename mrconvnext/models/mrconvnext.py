@@ -52,6 +52,8 @@ class MRConvNeXt(MixerConvNeXt):
         num_taps: taps per branch (``sparse`` / ``fourier_sparse``) or per side (``dilated``); default the
             layer's (:func:`~mrconvnext.layers.mrconv.default_num_taps`: 80, or the kernel size for ``dilated``).
         causal: causal mixers (default bidirectional).
+        groups: reduced-dimension mixers (paper App. B.2): ``dim / groups`` filters per branch, each shared by
+            ``groups`` channels (:class:`~mrconvnext.layers.MRConv1d`); must divide every stage's width. Default 1.
         lag_remap: the mixers' rule at other input sizes (:class:`~mrconvnext.layers.MRConv2d`): ``'split'``
             (default), ``'conv2d'`` (the exact 2-D convolution of the nominal layer) or ``'none'``.
         method: the mixers' convolution method (``'auto'``, ``'fft'``, ``'direct'``; :mod:`mrconvnext.ops.engines`).
@@ -70,6 +72,7 @@ class MRConvNeXt(MixerConvNeXt):
         num_modes: int = 37,
         num_taps: int | None = None,
         causal: bool = False,
+        groups: int = 1,
         lag_remap: str | bool = 'split',
         method: str = 'auto',
         engine: str = 'auto',
@@ -87,6 +90,7 @@ class MRConvNeXt(MixerConvNeXt):
             num_modes=num_modes,
             num_taps=num_taps,
             causal=causal,
+            groups=groups,
             lag_remap=lag_remap,
             method=method,
             engine=engine,

@@ -364,3 +364,54 @@ def test_dilated_taps_that_would_be_cut_raise():
     for name, p in m.named_parameters():
         if name.endswith('weight') and 'branches' in name:
             assert (p.grad != 0).all(), name
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize('groups', [2, 3])
+def test_reduced_dimension_equals_independent_depthwise_convs(kernel_type, combine, groups):
+    """groups=G (paper App. B.2): C / G filters per branch, channel g M + m convolved with filter m; the layer equals
+    a loop of independent depthwise F.conv1d calls in float64 (training statistics), and reparameterize() stays
+    exact."""
+    import torch.nn.functional as F
+
+    C, L = 6, 40
+    layer = _make(kernel_type, combine, dim=C, seq_len=L, groups=groups).double()
+    M = C // groups
+    assert all(b.dim == M for b in layer.branches) and layer.groups == groups
+    _train_a_little(layer, (3, C, L))
+    x = torch.randn(4, C, L, dtype=torch.float64)
+    R = layer.reach
+    filters = [branch_kernel_reference(b, R, False) for b in layer.branches]  # (M, 2R - 1) each
+    outs = []
+    for f in filters:  # one depthwise convolution per channel, with its group's filter
+        rows = [F.conv1d(x[:, c : c + 1], f[c % M].flip(-1).view(1, 1, -1), padding=R - 1) for c in range(C)]
+        outs.append(torch.cat(rows, dim=1))
+    if combine == 'scale':
+        beta = layer.beta.detach()
+        ref = sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach()[:, None]
+    else:
+        bn, alpha = layer.bn, layer.alpha.detach()
+        ref = 0
+        for i, o in enumerate(outs):
+            sl = slice(i * C, (i + 1) * C)
+            z = (o - o.mean(dim=(0, 2), keepdim=True)) / (
+                o.var(dim=(0, 2), unbiased=False, keepdim=True) + bn.eps
+            ).sqrt()
+            ref = ref + alpha[i, :, None] * (z * bn.weight[sl].detach()[:, None] + bn.bias[sl].detach()[:, None])
+    layer.train()
+    torch.testing.assert_close(layer(x), ref, rtol=1e-10, atol=1e-10)
+    layer.eval()
+    with torch.no_grad():
+        y = layer(x)
+        layer.reparameterize()
+        torch.testing.assert_close(layer(x), y, rtol=1e-10, atol=1e-10)
+    assert layer.kernel.shape[0] == C  # the deployed kernel is expanded to the channels
+
+
+def test_reduced_dimension_parameters_and_bad_groups():
+    full, grouped = (_make('fourier_sparse', 'bn', dim=12, groups=g) for g in (1, 4))
+    count = lambda m: sum(p.numel() for n, p in m.named_parameters() if n.startswith('branches.'))  # noqa: E731
+    assert count(grouped) * 4 == count(full)
+    with pytest.raises(ValueError, match=r'groups \(5\) must divide dim \(12\)'):
+        _make('fourier', 'bn', dim=12, groups=5)

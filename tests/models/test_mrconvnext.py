@@ -151,3 +151,23 @@ def test_num_taps_has_one_default_and_is_honoured_for_dilated_kernels():
     assert all(b.weight.shape[1] == 3 for b in branches)  # 2 taps per side sharing the centre
     default = timm.create_model('mrconvnext_atto', img_size=64, kernel_type='dilated').stages[0].blocks[0].conv_dw
     assert default.branches[0].weight.shape[1] == 2 * default.kernel_size - 1  # dilation 1: kernel_size per side
+
+
+def test_reduced_dimension_models():
+    """groups= reaches every mixer; the grouped model has 1/groups of the kernel parameters, trains, and its state
+    dict round-trips into a model built the same way."""
+    full = timm.create_model('mrconvnext_atto')
+    grouped = timm.create_model('mrconvnext_atto', groups=4)
+    assert all(m.groups == 4 and m.branches[0].dim == m.dim // 4 for m in grouped.mixers())
+
+    def kernels(model):
+        return sum(p.numel() for n, p in model.named_parameters() if n in model.mixer_kernel_parameter_names())
+
+    assert kernels(grouped) * 4 == kernels(full)
+    grouped(torch.randn(2, 3, 64, 64)).sum().backward()
+    again = timm.create_model('mrconvnext_atto', groups=4)
+    again.load_state_dict(grouped.state_dict())
+    grouped.eval(), again.eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), grouped(x), rtol=0, atol=0)
