@@ -107,9 +107,10 @@ def stack_branch_kernels(
 
     ``batched``: synthesize all branches together (the default off the CPU), or run each branch's own forward and
     zero-pad it (the default on the CPU, where a launch costs nothing and the batched matmul's work is ``N P``
-    columns against the branches' ``sum P_i``, about 2.6 times more for reaches that double; 2.2x slower forward
-    and backward for a stage-1 ``mrconvnext_t`` layer). Both are equal up to the float rounding of a differently
-    ordered sum. The dtype is the parameters' (Fourier parts at least float32, as :class:`FourierKernel`).
+    columns against the branches' ``sum P_i``, about 2.6 times more for reaches that double: forward and backward
+    1.4-2.3 times slower per ``mrconvnext_t`` stage on 2 CPU threads, ``scripts/bench_mrconv.py --synthesis``). Both
+    are equal up to the float rounding of a differently ordered sum. The dtype is the parameters' (Fourier parts at
+    least float32, as :class:`FourierKernel`).
     """
     size = reach if causal else 2 * reach - 1
     zero_lag = 0 if causal else reach - 1

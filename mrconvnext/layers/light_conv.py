@@ -111,9 +111,9 @@ class DynamicConv1d(_HeadConv1d):
     ``'torch'`` or ``'triton'``. The Triton engine takes the logits from one GEMM on the ``(B*L, C)`` view of x
     (:meth:`logits`) and fuses softmax, DropConnect and taps (:func:`~mrconvnext.ops.dynamic_softmax_conv1d`): the
     output is then channels-last, like a channels-last input, with no copy of x (under autocast, one cast to its
-    dtype, which the logits' GEMM reads too; the output then has that dtype, as a depthwise conv's). DropConnect there multiplies by
-    float32 multipliers drawn per ``(b, t, h, k)`` (the same distribution as ``F.dropout`` on the kernel, another
-    random stream).
+    dtype, which the logits' GEMM reads too; the output then has that dtype, as a depthwise conv's). DropConnect
+    there multiplies by float32 multipliers drawn per ``(b, t, h, k)`` (the same distribution as ``F.dropout`` on
+    the kernel, another random stream).
     """
 
     def __init__(

@@ -98,11 +98,12 @@ def dynamic_conv1d(
     x: ``(B, C, L)``; weight: ``(B, H, L, K)`` with ``C % H == 0``; bias: ``(C,)`` or None.
     Returns ``(B, C, L)``. Lags as in the module docstring.
 
-    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`):
-    ``'torch'`` accumulates the K taps with shifted views of x (peak extra memory ``O(B C L + B H L K)`` in forward
-    and backward; ``weight`` given as a transposed view of a contiguous ``(B, H, K, L)`` tensor is used without a
-    copy); ``'triton'`` runs the channels-last kernels of :mod:`.engine_triton` (the result then has a channels-last
-    layout, ``x.transpose(1, 2)`` contiguous). Autograd keeps only x and the weights.
+    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine``
+    (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'torch'`` accumulates the K taps with shifted views of
+    x (peak extra memory ``O(B C L + B H L K)`` in forward and backward; ``weight`` given as a transposed view of a
+    contiguous ``(B, H, K, L)`` tensor is used without a copy); ``'triton'`` runs the channels-last kernels of
+    :mod:`.engine_triton` (the result then has a channels-last layout, ``x.transpose(1, 2)`` contiguous). Autograd
+    keeps only x and the weights.
     """
     name = 'dynamic_conv1d'
     x = check_x(name, x)

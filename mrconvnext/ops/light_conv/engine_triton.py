@@ -16,7 +16,8 @@ Backward, one kernel over the same blocks and one loop over the taps: ``dx[s] = 
 (the weights recomputed at the shifted positions from the logits and the saved log-sum-exp) and
 ``v_k = drop_k sum_{c in h} g[t, c] x[t - lag_k, c]`` reduced over a head's channels in registers; a second loop over
 the taps makes the softmax's gradient ``dlogits_k = p_k (v_k - sum_j p_j v_j)`` (``v_k`` kept in between in an
-accumulation-dtype buffer, ``dlogits`` itself where that is its dtype). Accumulation in float32 (float64 for float64 operands); no atomics, deterministic.
+accumulation-dtype buffer, ``dlogits`` itself where that is its dtype). Accumulation in float32 (float64 for
+float64 operands); no atomics, deterministic.
 
 Devices: CUDA tensors; CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` before the first import; see
 :mod:`mrconvnext.ops.talk.engine_triton`).

@@ -592,7 +592,8 @@ def talk2d_plane_bwd_jit(
 
 def _plane_blocks(R: int, block_j: int = 64) -> dict:
     """Plane kernels: outputs per step, ``block_j`` inputs per product, channels (a product needs 16 at least), and the
-    products' float32 precision ('ieee': exact float32 multiply-adds; the interpreter computes in float32 whatever it says)."""
+    products' float32 precision ('ieee': exact float32 multiply-adds; the interpreter computes in float32 whatever
+    it says)."""
     block_r = max(16, triton.next_power_of_2(R))
     return dict(PRECISION='ieee', BLOCK_T=_PLANE_BLOCK_T, BLOCK_J=block_j, BLOCK_R=block_r)
 
