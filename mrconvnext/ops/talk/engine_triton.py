@@ -492,7 +492,9 @@ def talk1d_plane_bwd_jit(
 
 @triton.jit
 def _box_edges(off, b, h, t, tmask, H, W, sob, soh, sop, sos, ml, mr, mt, mb):
-    """The four edges of the boxes at flattened positions ``t (BLOCK_T,)``, head ``h``."""
+    """The four edges of the boxes at flattened positions ``t`` of heads ``h`` (any shapes that broadcast: a plane
+    kernel's ``(BLOCK_T,)`` and one head, or a channels-last tile's ``(BLOCK_N, BLOCK_H)`` and ``(1, BLOCK_H)``),
+    from offsets ``(B, heads, H * W, 4)`` with strides (sob, soh, sop, sos)."""
     ob = off + b * sob + h * soh + t * sop
     row, col = t // W, t % W
     kl, fl, live_l = _start_edge(col, tl.load(ob, mask=tmask, other=0.0) * ml, W)
@@ -908,19 +910,6 @@ def _scatter_corner_cl(dPb, C, w1, kv, fv, ku, fu, g, mask):
 
 
 @triton.jit
-def _edges_2d_cl(off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om):
-    """The four window edges of positions ``p (BLOCK_N, BLOCK_H)`` (flattened ``row * W + col``) and heads ``h``, from
-    offsets ``(B, heads, H * W, 4)`` with strides (sob, soh, sop, sos)."""
-    ob = off + b * sob + h[None, :] * soh + p * sop
-    row, col = p // W, p % W
-    kl, fl, live_l = _start_edge(col, tl.load(ob, mask=om, other=0.0) * ml, W)
-    kr, fr, live_r = _end_edge(col, tl.load(ob + sos, mask=om, other=0.0) * mr, W)
-    kt, ft, live_t = _start_edge(row, tl.load(ob + 2 * sos, mask=om, other=0.0) * mt, H)
-    kb, fb, live_b = _end_edge(row, tl.load(ob + 3 * sos, mask=om, other=0.0) * mb, H)
-    return kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b
-
-
-@triton.jit
 def talk2d_fwd_cl_jit(
     P, off, y, C, H, W, R, heads, sob, soh, sop, sos, ml, mr, mt, mb, norm_hi, norm_lo,
     BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -929,8 +918,8 @@ def talk2d_fwd_cl_jit(
     per (position, head), each corner a vector of the head's channels."""
     N = H * W
     b, p, h, c, om, full = _cl_tile(N, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
-    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d_cl(
-        off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _box_edges(
+        off, b, h[None, :], p, om, H, W, sob, soh, sop, sos, ml, mr, mt, mb
     )
     w1 = W + 1
     Pb = P + b * (H + 1) * w1 * C + c[None, :, :]
@@ -955,8 +944,8 @@ def talk2d_bwd_cl_jit(
     H * W, 4)`` contiguous reduced over the head's channels in registers."""
     N = H * W
     b, p, h, c, om, full = _cl_tile(N, heads, R, BLOCK_L, BLOCK_H, BLOCK_R)
-    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _edges_2d_cl(
-        off, b, h, p, W, H, sob, soh, sop, sos, ml, mr, mt, mb, om
+    kl, fl, live_l, kr, fr, live_r, kt, ft, live_t, kb, fb, live_b = _box_edges(
+        off, b, h[None, :], p, om, H, W, sob, soh, sop, sos, ml, mr, mt, mb
     )
     w1 = W + 1
     plane = b * (H + 1) * w1 * C + c[None, :, :]
