@@ -5,6 +5,7 @@
     python scripts/bench_mrconv.py --crossover        # direct vs FFT by kernel length
     python scripts/bench_mrconv.py --fourier          # Fourier branch kernels: irfft vs the cached-basis matmul
     python scripts/bench_mrconv.py --synthesis        # all branch kernels: per branch vs batched (kernel_bank)
+    python scripts/bench_mrconv.py --shared --groups 4 # reduced-dimension layers: shared filters vs expanded
 
 Every case is timed side by side in the same process: warm-up, then ``--repeats`` runs; the table
 gives the median and the spread (min-max) in milliseconds, and ratios of medians. Results are
@@ -186,12 +187,56 @@ def bench_synthesis(args) -> list[dict]:
     return rows
 
 
+def _shared_stage(args, C: int, side: int, method: str) -> list[dict]:
+    B, G, N = args.batch, args.groups, 5
+    L, M = side * side, C // G
+    x = torch.randn(B, C, L, requires_grad=True)
+    filters = (torch.randn(N, M, 2 * L - 1) / L).requires_grad_()
+    scale = torch.randn(N, C, 1)
+    grad = torch.randn(B, N, C, L)
+
+    def branches(k: torch.Tensor) -> torch.Tensor:
+        return long_conv1d(x, k, zero_lag=L - 1, method=method, engine='torch')
+
+    def fwd_bwd(shared: bool) -> None:
+        torch.autograd.grad(branches(filters if shared else filters.repeat(1, G, 1)), (x, filters), grad)
+
+    case = f'C={C} L={L} G={G} {method}'
+    t_exp = timeit(functools.partial(fwd_bwd, False), args.repeats)
+    t_sh = timeit(functools.partial(fwd_bwd, True), args.repeats)
+    with torch.no_grad():
+        merged = (scale * filters.repeat(1, G, 1)).sum(0)
+        t_merged = timeit(lambda: branches(merged), args.repeats)
+        t_grouped = timeit(lambda: (scale * branches(filters)).sum(1), args.repeats)
+    return [
+        row(f'{case} branches expanded fwd+bwd', t_exp),
+        row(f'{case} branches shared fwd+bwd', t_sh, statistics.median(t_exp)),
+        row(f'{case} deployed merged (C, P)', t_merged),
+        row(f'{case} deployed kept grouped', t_grouped, statistics.median(t_merged)),
+    ]
+
+
+def bench_shared(args) -> list[dict]:
+    """Reduced-dimension MRConv (``groups``) per mrconvnext_t stage (5 branches), the convolutions alone: forward +
+    backward of the branch convolutions with the ``C / G`` shared filters (groups as a batch dimension) against the
+    same filters expanded to ``C`` channels; and for the deployed form, the merged ``(C, P)`` kernel (one convolution,
+    what ``reparameterize()`` keeps) against keeping the filters grouped (``N`` shared-filter convolutions and a
+    per-channel weighted sum). Stages 1-2 on the FFT method, 3-4 on the Toeplitz product (CUDA's half-precision
+    choice), all on the 'torch' engine."""
+    rows = []
+    for C, side, method in [(96, 56, 'fft'), (192, 28, 'fft'), (384, 14, 'toeplitz'), (768, 7, 'toeplitz')]:
+        rows += _shared_stage(args, C, side, method)
+    return rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--fft-sizes', action='store_true')
     p.add_argument('--crossover', action='store_true')
     p.add_argument('--fourier', action='store_true')
     p.add_argument('--synthesis', action='store_true')
+    p.add_argument('--shared', action='store_true')
+    p.add_argument('--groups', type=int, default=4, help='--shared: channels per shared filter')
     p.add_argument('--batch', type=int, default=16)
     p.add_argument('--dim', type=int, default=96)
     p.add_argument('--size', type=int, default=56)
@@ -217,6 +262,8 @@ def main(argv=None) -> None:
         kind, rows = 'fourier', bench_fourier(args)
     elif args.synthesis:
         kind, rows = 'synthesis', bench_synthesis(args)
+    elif args.shared:
+        kind, rows = 'shared', bench_shared(args)
     else:
         kind, rows = 'layer', bench_layer(args)
     width = max(len(r['case']) for r in rows)

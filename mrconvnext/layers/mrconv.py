@@ -152,9 +152,15 @@ class MRConv1d(ScriptedInPython):
             (``M`` filters per branch instead of ``C``; the BatchNorms, ``alpha`` / ``beta`` and the bias stay per
             channel). The deployed kernel is expanded to the ``C`` channels: the folded BatchNorm scales differ per
             channel, so the merged kernels do too (reparameterization stays exact). Default 1: a filter per channel.
-            The paper's multi-head convolutions (App. B.1: ``H`` copies of the input, ``H C`` filters) are not built:
-            a ``C -> C`` mixer would have to sum the heads, which, with a BatchNorm each and the merge, is the same
-            as ``H`` times the branches.
+        heads: multi-head convolutions (paper App. B.1): ``H`` copies of the input, each convolved with its own
+            filters, so ``H C`` independent depthwise filters per branch and an output of ``out_dim = H C`` channels,
+            head-major (channel ``h C + c`` is channel ``c`` of the input through head ``h``'s filter), like the heads
+            of attention concatenated; whatever follows mixes them (in :class:`~mrconvnext.models.MRConvNeXt` the
+            block's first pointwise layer). Each output channel has its own BatchNorm, ``alpha`` / ``beta`` and bias,
+            and the deployed kernel is ``(H C, P)``. The copies are made by ``repeat`` before the convolution (an
+            extra ``H``-fold input, which every engine then convolves as ``H C`` channels). With ``groups``, each head
+            shares its ``C / groups`` filters across the groups: channel ``h C + g M + m`` takes head ``h``'s filter
+            ``m``. Default 1.
         method: ``'auto'``, ``'fft'`` or ``'direct'``, passed to :func:`~mrconvnext.ops.long_conv1d`.
         engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``, passed to it too
             (:mod:`mrconvnext.ops.engines`).
@@ -175,6 +181,7 @@ class MRConv1d(ScriptedInPython):
         seed: int | None = None,
         deploy: bool = False,
         groups: int = 1,
+        heads: int = 1,
         method: str = 'auto',
         engine: str = 'auto',
         backend: str | None = None,
@@ -200,6 +207,8 @@ class MRConv1d(ScriptedInPython):
             raise ValueError(f'{cls}: groups ({groups}) must divide dim ({dim})')
         self.dim = dim
         self.groups = groups
+        self.heads = check_int(cls, 'heads', heads)
+        self.out_dim = self.heads * dim
         self.seq_len = seq_len
         self.kernel_size = kernel_size
         self.kernel_type = kernel_type
@@ -233,7 +242,7 @@ class MRConv1d(ScriptedInPython):
         self.branches = nn.ModuleList(
             [self._make_branch(i, opt['taps'], opt['modes'], generator) for i in range(self.num_branches)]
         ).to(**dd)
-        N, dim = self.num_branches, self.dim
+        N, dim = self.num_branches, self.out_dim
         if self.combine == 'bn':
             self.bn = nn.BatchNorm1d(N * dim, eps=opt['bn_eps'], momentum=opt['bn_momentum'], **dd)
             self.alpha = nn.Parameter(torch.full((N, dim), 1.0 / N, **dd))
@@ -244,7 +253,7 @@ class MRConv1d(ScriptedInPython):
 
     def _make_branch(self, i: int, taps: int, modes: int, generator: torch.Generator) -> BranchKernel:
         reach = min(self.kernel_size * 2**i, self.seq_len)
-        kt, dim, causal = self.kernel_type, self.dim // self.groups, self.causal  # filters per branch
+        kt, dim, causal = self.kernel_type, self.out_dim // self.groups, self.causal  # filters per branch
         if kt == 'dilated':
             # taps past the common reach are never used: cap them (no parameter without a gradient) when they
             # lie beyond the nominal length anyway, refuse when they would have reached an output
@@ -273,17 +282,24 @@ class MRConv1d(ScriptedInPython):
             if hasattr(self, name):
                 delattr(self, name)
         size = self.reach if self.causal else 2 * self.reach - 1
-        self.kernel = nn.Parameter(torch.zeros(self.dim, size, **dd))
-        self.bias = nn.Parameter(torch.zeros(self.dim, **dd))
+        self.kernel = nn.Parameter(torch.zeros(self.out_dim, size, **dd))
+        self.bias = nn.Parameter(torch.zeros(self.out_dim, **dd))
         self.deployed = True
 
     # --- kernels -------------------------------------------------------------------------------
 
     def branch_kernels(self) -> torch.Tensor:
-        """The branch kernels in the common layout (Eq. 7), ``(N, C, P)`` with lag 0 at ``self.zero_lag``, synthesized
-        for all branches together (:func:`~.kernel_bank.stack_branch_kernels`)."""
-        kernels = stack_branch_kernels(list(self.branches), self.reach, self.causal)  # (N, C / groups, P)
-        return kernels if self.groups == 1 else kernels.repeat(1, self.groups, 1)  # channel g M + m: filter m
+        """The branch kernels in the common layout (Eq. 7), ``(N, H C, P)`` with lag 0 at ``self.zero_lag``,
+        synthesized for all branches together (:func:`~.kernel_bank.stack_branch_kernels`)."""
+        return self._per_channel(stack_branch_kernels(list(self.branches), self.reach, self.causal))
+
+    def _per_channel(self, filters: torch.Tensor) -> torch.Tensor:
+        """Branch filters ``(N, H M, P)`` (``M = C / groups``) expanded to the output channels, ``(N, H C, P)``:
+        channel ``h C + g M + m`` takes head ``h``'s filter ``m``."""
+        if filters.shape[1] == self.out_dim:
+            return filters
+        N, _, P = filters.shape
+        return filters.view(N, self.heads, -1, P).repeat(1, 1, self.groups, 1).view(N, self.out_dim, P)
 
     def merged_kernel(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The single ``(C, P)`` kernel and ``(C,)`` bias equal to the layer in eval mode."""
@@ -293,7 +309,7 @@ class MRConv1d(ScriptedInPython):
         if self.combine == 'scale':
             return (self.beta.unsqueeze(-1) * k).sum(0), self.bias
         # Eq. 13 with the BatchNorms folded (paper Eq. 18), in float64 so the fold adds no error.
-        N, C = self.num_branches, self.dim
+        N, C = self.num_branches, self.out_dim
         bn = self.bn
         inv_std = (bn.running_var.double() + bn.eps).rsqrt().view(N, C)
         gamma = bn.weight.double().view(N, C) if bn.affine else torch.ones_like(inv_std)
@@ -335,10 +351,12 @@ class MRConv1d(ScriptedInPython):
     def _forward_1d(
         self, x: torch.Tensor, geometry: tuple | None = None, valid: tuple[int, int] | None = None
     ) -> torch.Tensor:
-        """``(B, C, L) -> (B, C, L)`` for an input in ``geometry``. ``valid = (H, W)``: ``x`` is an ``H``-row map
-        with padding columns after the first ``W`` of each row; the output keeps only those, ``(B, C, H * W)``, and
-        the BatchNorm statistics are taken over them alone."""
+        """``(B, C, L) -> (B, heads * C, L)`` for an input in ``geometry``. ``valid = (H, W)``: ``x`` is an ``H``-row
+        map with padding columns after the first ``W`` of each row; the output keeps only those,
+        ``(B, heads * C, H * W)``, and the BatchNorm statistics are taken over them alone."""
         L = x.shape[-1]
+        if self.heads > 1:
+            x = x.repeat(1, self.heads, 1)  # head-major copies: channel h C + c is input channel c
 
         def crop(y: torch.Tensor) -> torch.Tensor:
             if valid is None:
@@ -352,9 +370,12 @@ class MRConv1d(ScriptedInPython):
             kernel, bias = self.merged_kernel()
             kernel, zero_lag = self._adapt(kernel, geometry, L)
             return crop(long_conv1d(x, kernel, bias, zero_lag=zero_lag, method=self.method, engine=self.engine))
-        kernels, zero_lag = self._adapt(self.branch_kernels(), geometry, L)
+        filters = stack_branch_kernels(list(self.branches), self.reach, self.causal)  # (N, H M, P)
+        # one head: the filters stay shared (channel g M + m takes filter m) through the long convolutions, which
+        # then run the groups as a batch dimension; heads take their filters expanded to the repeated input
+        kernels, zero_lag = self._adapt(filters if self.heads == 1 else self._per_channel(filters), geometry, L)
         if valid is None and branch_norm.fused_applies(self.bn, x, self.method, self.engine):
-            return branch_norm.fused_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag)
+            return branch_norm.fused_conv_norm_sum(self.bn, self.alpha, x, self._per_channel(kernels), zero_lag)
         if valid is None and branch_norm.fold_applies(self.bn, x):
             return branch_norm.folded_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag, self.method, self.engine)
         y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, method=self.method, engine=self.engine))  # (B, N, C, L')
@@ -362,7 +383,7 @@ class MRConv1d(ScriptedInPython):
 
     @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, L) -> (B, C, L)``."""
+        """``(B, C, L) -> (B, heads * C, L)``."""
         check_mixer_input(self, x, 3)
         return self._forward_1d(x)
 
@@ -390,6 +411,7 @@ class MRConv1d(ScriptedInPython):
     def extra_repr(self) -> str:
         s = f'dim={self.dim}, seq_len={self.seq_len}, kernel_size={self.kernel_size}, branches={self.num_branches}'
         s += f', groups={self.groups}' if self.groups > 1 else ''
+        s += f', heads={self.heads}' if self.heads > 1 else ''
         s += f', reach={self.reach}, causal={self.causal}'
         if self.deployed:
             return s + ', deployed=True'
@@ -447,7 +469,7 @@ class MRConv2d(MRConv1d):
 
     @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W) -> (B, C, H, W)``."""
+        """``(B, C, H, W) -> (B, heads * C, H, W)``."""
         check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
         H0, W0 = self.input_size
@@ -456,12 +478,12 @@ class MRConv2d(MRConv1d):
         # path at every size (the same convolution), so a stage meeting its nominal width adds no guard
         as_is = statically_known_true(W == W0) and (rule == 'split' or statically_known_true(H <= H0))
         if rule == 'none' or as_is:
-            return self._forward_1d(x.reshape(B, C, H * W)).view(B, C, H, W)
+            return self._forward_1d(x.reshape(B, C, H * W)).view(B, self.out_dim, H, W)
         if rule == 'split':
-            return self._forward_1d(x.reshape(B, C, H * W), ('split', W, W)).view(B, C, H, W)
+            return self._forward_1d(x.reshape(B, C, H * W), ('split', W, W)).view(B, self.out_dim, H, W)
         pad = conv2d_padding(W0, W)
         xp = F.pad(x, (0, pad)).reshape(B, C, H * (W + pad))
-        return self._forward_1d(xp, ('conv2d', W, W + pad), (H, W)).view(B, C, H, W)
+        return self._forward_1d(xp, ('conv2d', W, W + pad), (H, W)).view(B, self.out_dim, H, W)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import register_notrace_function
+from timm.layers import register_notrace_function, trunc_normal_
 from timm.models import build_model_with_cfg
 from timm.models._pretrained import PretrainedCfg
 from timm.models._registry import get_pretrained_cfg
@@ -70,8 +70,28 @@ def stage_feature_sizes(img_size: tuple[int, int], reductions: list[int]) -> lis
     return [(img_size[0] // r, img_size[1] // r) for r in reductions]
 
 
+def _widen_block_input(block: nn.Module, width: int) -> None:
+    """Make a timm ConvNeXt block's norm and first pointwise layer take a mixer output of ``width`` channels (a
+    multi-head mixer's ``heads * dim``), initialised as timm initialises them; the MLP's other widths stay."""
+    norm, fc1 = block.norm, block.mlp.fc1
+    dd = {'device': fc1.weight.device, 'dtype': fc1.weight.dtype}
+    block.norm = type(norm)(width, eps=norm.eps, **dd)
+    if isinstance(fc1, nn.Conv2d):
+        new = nn.Conv2d(width, fc1.out_channels, 1, bias=fc1.bias is not None, **dd)
+    else:
+        new = nn.Linear(width, fc1.out_features, bias=fc1.bias is not None, **dd)
+    if new.weight.device.type != 'meta':
+        trunc_normal_(new.weight, std=0.02)
+        if new.bias is not None:
+            nn.init.zeros_(new.bias)
+    block.mlp.fc1 = new
+
+
 class MixerConvNeXt(ConvNeXt):
     """timm ConvNeXt whose 7x7 depthwise convs are replaced by :meth:`make_mixer` modules.
+
+    A mixer with more output than input channels (``out_dim``: a multi-head MRConv) widens its block's norm and
+    first pointwise layer to take them; the block's output width stays.
 
     Args:
         img_size: nominal input size; sets the grid each mixer is built for (any input size at least the
@@ -106,6 +126,8 @@ class MixerConvNeXt(ConvNeXt):
                 with torch.device(device) if device is not None else contextlib.nullcontext():
                     mixer = self.make_mixer(i, dim, sizes[i])
                 block.conv_dw = mixer.to(device=device, dtype=dtype) if device or dtype else mixer
+                if getattr(mixer, 'out_dim', dim) != dim:
+                    _widen_block_input(block, mixer.out_dim)
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
         """The token mixer of a block in ``stage`` with ``dim`` channels on an ``input_size`` map."""

@@ -54,6 +54,10 @@ class MRConvNeXt(MixerConvNeXt):
         causal: causal mixers (default bidirectional).
         groups: reduced-dimension mixers (paper App. B.2): ``dim / groups`` filters per branch, each shared by
             ``groups`` channels (:class:`~mrconvnext.layers.MRConv1d`); must divide every stage's width. Default 1.
+        heads: multi-head mixers (paper App. B.1): each mixer convolves ``heads`` copies of its input with filters
+            of their own and returns ``heads * dim`` channels, which the block's norm and first pointwise layer take
+            (that layer, ``heads`` times wider at its input, mixes the heads). Default 1; ConvNeXt checkpoints
+            (:func:`~mrconvnext.models.load_convnext_weights`) do not fit the wider layers.
         lag_remap: the mixers' rule at other input sizes (:class:`~mrconvnext.layers.MRConv2d`): ``'split'``
             (default), ``'conv2d'`` (the exact 2-D convolution of the nominal layer) or ``'none'``.
         method: the mixers' convolution method (``'auto'``, ``'fft'``, ``'direct'``; :mod:`mrconvnext.ops.engines`).
@@ -73,6 +77,7 @@ class MRConvNeXt(MixerConvNeXt):
         num_taps: int | None = None,
         causal: bool = False,
         groups: int = 1,
+        heads: int = 1,
         lag_remap: str | bool = 'split',
         method: str = 'auto',
         engine: str = 'auto',
@@ -91,6 +96,7 @@ class MRConvNeXt(MixerConvNeXt):
             num_taps=num_taps,
             causal=causal,
             groups=groups,
+            heads=heads,
             lag_remap=lag_remap,
             method=method,
             engine=engine,

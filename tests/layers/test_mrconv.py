@@ -6,6 +6,7 @@ from mrconvnext.layers.kernel_params import (
     FourierKernel,
     fourier_basis,
 )
+from tests.dispatch import RecordOps
 from tests.reference import branch_kernel_reference, shifted_sum_conv
 
 # --- independent reference: kernels from the parameters by naive formulas, convolution by a tap loop
@@ -366,39 +367,53 @@ def test_dilated_taps_that_would_be_cut_raise():
             assert (p.grad != 0).all(), name
 
 
-@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
-@pytest.mark.parametrize('combine', ['bn', 'scale'])
-@pytest.mark.parametrize('groups', [2, 3])
-def test_reduced_dimension_equals_independent_depthwise_convs(kernel_type, combine, groups):
-    """groups=G (paper App. B.2): C / G filters per branch, channel g M + m convolved with filter m; the layer equals
-    a loop of independent depthwise F.conv1d calls in float64 (training statistics), and reparameterize() stays
-    exact."""
+def _heads_groups_reference(layer: MRConv1d, x: torch.Tensor) -> torch.Tensor:
+    """A grouped / multi-head layer in training mode by one depthwise F.conv1d per (head, channel), float64: output
+    channel ``h C + g M + m`` is input channel ``g M + m`` convolved with head ``h``'s filter ``m``."""
     import torch.nn.functional as F
 
-    C, L = 6, 40
-    layer = _make(kernel_type, combine, dim=C, seq_len=L, groups=groups).double()
-    M = C // groups
-    assert all(b.dim == M for b in layer.branches) and layer.groups == groups
-    _train_a_little(layer, (3, C, L))
-    x = torch.randn(4, C, L, dtype=torch.float64)
+    heads, C = layer.heads, layer.dim
+    M = C // layer.groups
     R = layer.reach
-    filters = [branch_kernel_reference(b, R, False) for b in layer.branches]  # (M, 2R - 1) each
+    filters = [branch_kernel_reference(b, R, False) for b in layer.branches]  # (H M, 2R - 1) each
     outs = []
-    for f in filters:  # one depthwise convolution per channel, with its group's filter
-        rows = [F.conv1d(x[:, c : c + 1], f[c % M].flip(-1).view(1, 1, -1), padding=R - 1) for c in range(C)]
+    for f in filters:  # one depthwise convolution per (head, channel), with its head's filter for the group
+        rows = [
+            F.conv1d(x[:, c : c + 1], f[h * M + c % M].flip(-1).view(1, 1, -1), padding=R - 1)
+            for h in range(heads)
+            for c in range(C)
+        ]
         outs.append(torch.cat(rows, dim=1))
-    if combine == 'scale':
+    D = heads * C
+    if layer.combine == 'scale':
         beta = layer.beta.detach()
         ref = sum(beta[i, :, None] * o for i, o in enumerate(outs)) + layer.bias.detach()[:, None]
     else:
         bn, alpha = layer.bn, layer.alpha.detach()
         ref = 0
         for i, o in enumerate(outs):
-            sl = slice(i * C, (i + 1) * C)
+            sl = slice(i * D, (i + 1) * D)
             z = (o - o.mean(dim=(0, 2), keepdim=True)) / (
                 o.var(dim=(0, 2), unbiased=False, keepdim=True) + bn.eps
             ).sqrt()
             ref = ref + alpha[i, :, None] * (z * bn.weight[sl].detach()[:, None] + bn.bias[sl].detach()[:, None])
+    return ref
+
+
+@pytest.mark.parametrize('kernel_type', KERNEL_TYPES)
+@pytest.mark.parametrize('combine', ['bn', 'scale'])
+@pytest.mark.parametrize(('groups', 'heads'), [(2, 1), (3, 1), (1, 2), (3, 2)])
+def test_heads_and_groups_equal_independent_depthwise_convs(kernel_type, combine, groups, heads):
+    """groups=G (paper App. B.2) and heads=H (App. B.1): H * C / G filters per branch; output channel h C + g M + m is
+    input channel g M + m convolved with head h's filter m. The layer equals a loop of independent depthwise
+    F.conv1d calls in float64 (training statistics), and reparameterize() stays exact."""
+    C, L = 6, 40
+    layer = _make(kernel_type, combine, dim=C, seq_len=L, groups=groups, heads=heads).double()
+    M = C // groups
+    assert all(b.dim == heads * M for b in layer.branches) and layer.out_dim == heads * C
+    _train_a_little(layer, (3, C, L))
+    x = torch.randn(4, C, L, dtype=torch.float64)
+    ref = _heads_groups_reference(layer, x)
     layer.train()
     torch.testing.assert_close(layer(x), ref, rtol=1e-10, atol=1e-10)
     layer.eval()
@@ -406,7 +421,81 @@ def test_reduced_dimension_equals_independent_depthwise_convs(kernel_type, combi
         y = layer(x)
         layer.reparameterize()
         torch.testing.assert_close(layer(x), y, rtol=1e-10, atol=1e-10)
-    assert layer.kernel.shape[0] == C  # the deployed kernel is expanded to the channels
+    assert layer.kernel.shape[0] == heads * C  # the deployed kernel is expanded to the output channels
+
+
+@pytest.mark.parametrize('path', ['fused', 'torch', 'fold'])
+@pytest.mark.parametrize(('groups', 'heads'), [(3, 1), (3, 2), (1, 2)])
+def test_heads_and_groups_on_every_training_path(monkeypatch, path, groups, heads):
+    """The three training paths of a grouped / multi-head layer: the CPU's fused operator (expanded kernels), the
+    'torch' engine's branch convolutions and the fold (shared filters with one head), which the layers take on
+    CUDA (made to apply on the CPU here). Outputs equal the per-channel F.conv1d reference; parameter gradients and
+    running statistics equal the branch-convolution path's, in float64."""
+    from mrconvnext.layers import branch_norm
+
+    C, L = 6, 40
+    torch.manual_seed(0)
+    base = _make('fourier_sparse', 'bn', dim=C, seq_len=L, groups=groups, heads=heads, engine='torch').double()
+    _train_a_little(base, (3, C, L))
+    layer = _make('fourier_sparse', 'bn', dim=C, seq_len=L, groups=groups, heads=heads).double()
+    layer.load_state_dict(base.state_dict())
+    if path == 'torch':
+        layer.engine = 'torch'
+    if path == 'fold':
+        monkeypatch.setattr(branch_norm, 'fused_applies', lambda *args: False)
+        monkeypatch.setattr(branch_norm, 'fold_applies', lambda bn, x: bn.training)
+    x = torch.randn(4, C, L, dtype=torch.float64)
+    ref = _heads_groups_reference(layer, x)
+    with RecordOps() as rec:
+        y = layer(x)
+    y_base = base(x)
+    ops = {'fused': 'mrconvnext.branch_conv_bn_sum', 'fold': 'mrconvnext.folded_bn_conv'}
+    assert [n for n in rec.names if n.startswith(tuple(ops.values()))] == (
+        [ops[path] + '.default'] if path in ops else []
+    )
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, list(layer.parameters()), g)
+    want = torch.autograd.grad(y_base, list(base.parameters()), g)
+    for (name, _), a, b in zip(layer.named_parameters(), got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=name)
+    for name in ('running_mean', 'running_var'):
+        torch.testing.assert_close(getattr(layer.bn, name), getattr(base.bn, name), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('lag_remap', ['split', 'conv2d'])
+def test_heads_2d_at_other_sizes(lag_remap):
+    """A multi-head 2-D layer is its heads side by side: head h's output equals a one-head layer holding head h's
+    filters, BatchNorms and weights, at the nominal size and at sizes where the lag rules apply; a deployed
+    checkpoint loads into a branched layer of the same heads."""
+    C, heads = 4, 3
+    layer = _make('fourier_sparse', 'bn', dim=C, seq_len=40, two_d=True, heads=heads, lag_remap=lag_remap).double()
+    _train_a_little(layer, (2, C, 5, 8))
+    layer.eval()
+    sd = layer.state_dict()
+    for h in range(heads):
+        one = _make('fourier_sparse', 'bn', dim=C, seq_len=40, two_d=True, lag_remap=lag_remap).double().eval()
+        part = {}
+        for k, v in sd.items():
+            if k.startswith('branches.') and v.dim() >= 1 and v.shape[0] == heads * C:
+                v = v[h * C : (h + 1) * C]
+            elif k.startswith('bn.') and v.dim() == 1:
+                v = v.view(-1, heads * C)[:, h * C : (h + 1) * C].reshape(-1)
+            elif k == 'alpha':
+                v = v[:, h * C : (h + 1) * C]
+            part[k] = v
+        one.load_state_dict(part)
+        for size in [(5, 8), (4, 11), (7, 6)]:
+            x = torch.randn(2, C, *size, dtype=torch.float64)
+            with torch.no_grad():
+                torch.testing.assert_close(layer(x)[:, h * C : (h + 1) * C], one(x), rtol=1e-12, atol=1e-12)
+    deployed = _make('fourier_sparse', 'bn', dim=C, seq_len=40, two_d=True, heads=heads, deploy=True).double()
+    with torch.no_grad():
+        layer.reparameterize()
+    deployed.load_state_dict(layer.state_dict())
+    x = torch.randn(2, C, 5, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(deployed.eval()(x), layer(x), rtol=0, atol=0)
 
 
 def test_reduced_dimension_parameters_and_bad_groups():
@@ -415,3 +504,11 @@ def test_reduced_dimension_parameters_and_bad_groups():
     assert count(grouped) * 4 == count(full)
     with pytest.raises(ValueError, match=r'groups \(5\) must divide dim \(12\)'):
         _make('fourier', 'bn', dim=12, groups=5)
+    two = _make('fourier_sparse', 'bn', dim=12, groups=4, heads=2)
+    assert count(two) == 2 * count(grouped)
+    assert two(torch.randn(2, 12, 40)).shape == (2, 24, 40)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match='heads'):
+            _make('fourier', 'bn', dim=12, heads=bad)
+    with pytest.raises(TypeError, match='heads'):
+        _make('fourier', 'bn', dim=12, heads=1.5)

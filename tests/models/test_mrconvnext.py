@@ -153,6 +153,38 @@ def test_num_taps_has_one_default_and_is_honoured_for_dilated_kernels():
     assert default.branches[0].weight.shape[1] == 2 * default.kernel_size - 1  # dilation 1: kernel_size per side
 
 
+def test_multi_head_models():
+    """heads= reaches every mixer and widens its block's norm and first pointwise layer to heads * dim (the MLP's
+    hidden and output widths stay); the model trains, reparameterizes exactly (float64), its state dict loads into a
+    model built the same way and into one built at another size, and features_only backbones work."""
+    model = timm.create_model('mrconvnext_atto', heads=2, img_size=64).double()
+    for stage in model.stages:
+        for block in stage.blocks:
+            dim = block.mlp.fc2.out_channels
+            assert block.conv_dw.out_dim == 2 * dim and block.norm.normalized_shape == (2 * dim,)
+            assert block.mlp.fc1.in_channels == 2 * dim and block.mlp.fc1.out_channels == 4 * dim
+            assert 0 < block.mlp.fc1.weight.std() < 0.03  # timm's init (std 0.02), not the layer default
+    x = torch.randn(2, 3, 64, 64, dtype=torch.float64)
+    model(x).sum().backward()
+    model.eval()
+    with torch.no_grad():
+        y = model(x)
+        deployed = copy.deepcopy(model)
+        deployed.reparameterize()
+        torch.testing.assert_close(deployed(x), y, rtol=1e-10, atol=1e-10)
+    again = timm.create_model('mrconvnext_atto', heads=2, img_size=64).double().eval()
+    again.load_state_dict(model.state_dict())
+    bigger = timm.create_model('mrconvnext_atto', heads=2, img_size=96).double().eval()
+    bigger.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), y, rtol=0, atol=0)
+        torch.testing.assert_close(bigger(x), y, rtol=0, atol=0)  # rebuilt at the checkpoint's grid
+    features = timm.create_model('mrconvnext_atto', heads=2, img_size=64, features_only=True)
+    assert [f.shape[1] for f in features(torch.randn(1, 3, 80, 72))] == [40, 80, 160, 320]
+    meta = timm.create_model('mrconvnext_atto', heads=2, device='meta')
+    assert meta.stages[0].blocks[0].mlp.fc1.weight.is_meta
+
+
 def test_reduced_dimension_models():
     """groups= reaches every mixer; the grouped model has 1/groups of the kernel parameters, trains, and its state
     dict round-trips into a model built the same way."""

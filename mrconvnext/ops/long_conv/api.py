@@ -13,6 +13,12 @@ causal kernel; a bidirectional kernel of reach ``R`` has ``K = 2R - 1`` and ``ze
 (the centre tap is counted once). Lags with ``|tau| >= L`` cannot reach any output and are
 cropped before any work is done.
 
+Shared filters: a kernel of ``M`` filters for ``C = G M`` channels, ``(M, K)`` / ``(N, M, K)``, gives channel
+``g M + m`` filter ``m`` (MRConv's reduced-dimension convolutions). The ``G`` groups join the batch, ``(B G, M, L)``,
+so each filter's transform or Toeplitz matrix is made once and applied to ``B G`` sequences: the channels become a
+GEMM dimension of the matmul methods. Every method and engine takes them; the gradient of a shared filter is summed
+over its channels.
+
 Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.engines.long_conv_choice`)
 ----------------------------------------------------------------------------------------------------------
 - ``method='fft'``: real FFTs of a size that guarantees no wrap-around (see :func:`.layout.fft_size`); the
@@ -52,6 +58,23 @@ from .layout import crop_kernel
 __all__ = ['long_conv1d', 'long_conv1d_vjp']
 
 
+def _groups_to_batch(t: torch.Tensor, filters: int) -> torch.Tensor:
+    """``(B, C, L)`` / ``(B, N, C, L)`` -> ``(B G, M, L)`` / ``(B G, N, M, L)`` for ``M = filters``, ``C = G M``:
+    channel ``g M + m`` of item ``b`` becomes channel ``m`` of item ``b G + g``."""
+    if t.dim() == 3:
+        return t.reshape(-1, filters, t.shape[-1])
+    B, N, _, L = t.shape
+    return t.unflatten(2, (-1, filters)).transpose(1, 2).reshape(-1, N, filters, L)
+
+
+def _batch_to_groups(t: torch.Tensor, batch: int) -> torch.Tensor:
+    """The inverse of :func:`_groups_to_batch` for ``batch`` items."""
+    if t.dim() == 3:
+        return t.reshape(batch, -1, t.shape[-1])
+    _, N, M, L = t.shape
+    return t.unflatten(0, (batch, -1)).transpose(1, 2).reshape(batch, N, -1, L)
+
+
 def _choose(
     x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str, engine: str
 ) -> tuple[str, str, torch.dtype | None, torch.dtype]:
@@ -82,7 +105,8 @@ def long_conv1d(
 
     Args:
         x: ``(B, C, L)`` floating-point input.
-        kernel: ``(C, K)`` or ``(N, C, K)`` kernels; ``N`` kernels share one input transform.
+        kernel: ``(C, K)`` or ``(N, C, K)`` kernels; ``N`` kernels share one input transform. Shared filters:
+            ``(M, K)`` / ``(N, M, K)`` for any ``M`` that divides ``C`` (channel ``g M + m`` takes filter ``m``).
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
         method: ``'auto'``, ``'fft'``, ``'direct'``, ``'toeplitz'`` or ``'rowdft'``.
@@ -102,7 +126,11 @@ def long_conv1d(
             DeprecationWarning,
             stacklevel=2,
         )
-    check_long_conv(x, kernel, zero_lag, bias)
+    check_long_conv(x, kernel, zero_lag, bias, shared=True)
+    if kernel.shape[-2] != x.shape[1]:
+        y = long_conv1d(_groups_to_batch(x, kernel.shape[-2]), kernel, zero_lag=zero_lag, method=method, engine=engine)
+        y = _batch_to_groups(y, x.shape[0])
+        return y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)
     L = x.shape[-1]
     chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
     out_dtype = x.dtype
@@ -154,7 +182,14 @@ def long_conv1d_vjp(
     autograd is not (inside an operator, under any dispatch mode). Each method's own backward: the FFT operators'
     (the native kernels on the CPU), grouped convolution's, and the matmul methods' products taken back in turn
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
-    backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel``."""
+    backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel`` (shared filters'
+    gradients summed over their channels)."""
+    if kernel.shape[-2] != x.shape[1]:
+        M = kernel.shape[-2]
+        grad_x, grad_k = long_conv1d_vjp(
+            _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag, method=method, engine=engine
+        )
+        return _batch_to_groups(grad_x, x.shape[0]), grad_k
     L = x.shape[-1]
     chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
     stacked = kernel.dim() == 3

@@ -142,19 +142,22 @@ def conv_vjp_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv, get_raw=True)
 def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, *args, **kwargs) -> int:
-    """``folded_bn_conv(x (B, C, L), kernels (N, C, K), ...)``."""
+    """``folded_bn_conv(x (B, C, L), kernels (N, M, K), ...)``: the branch convolutions with the ``M`` filters (shared
+    filters run the ``C / M`` groups as batch items), the merged ``(C, K)`` one and the elementwise terms."""
     B, C, L = x.shape
-    N, _, K = kernels.shape
+    N, M, K = kernels.shape
     m = _method(x, L, K, zero_lag, method, engine)
-    return round(conv_flops(m, B, N, C, L, K, zero_lag) + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
+    branches = conv_flops(m, B * (C // M), N, M, L, K, zero_lag)
+    return round(branches + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
 
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv_backward, get_raw=True)
 def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> int:
-    """``folded_bn_conv_backward(g, x (B, C, L), kernels (N, C, K), zero_lag, ..., method, engine, sync)``."""
+    """``folded_bn_conv_backward(g, x (B, C, L), kernels (N, M, K), zero_lag, ..., method, engine, sync)``."""
     method, engine = rest[-3], rest[-2]
     B, C, L = x.shape
-    N, _, K = kernels.shape
+    N, M, K = kernels.shape
     m = _method(x, L, K, zero_lag, method, engine)
-    conv = conv_flops(m, B, N, C, L, K, zero_lag)
-    return round(2 * conv + conv_vjp_flops(m, B, N, C, L, K, zero_lag) + 8 * B * N * C * L)
+    Bg = B * (C // M)  # shared filters: the groups are batch items
+    conv = conv_flops(m, Bg, N, M, L, K, zero_lag)
+    return round(2 * conv + conv_vjp_flops(m, Bg, N, M, L, K, zero_lag) + 8 * B * N * C * L)

@@ -20,6 +20,11 @@ statistics over the ``M = B L`` values of a channel (``mean_i``, biased ``var_i`
   recomputed; ``P_i`` comes first, from a pass that recomputes them once more.
 
 Saved for the backward: ``x``, the kernels, the affine parameters and the statistics.
+
+Shared filters (kernels ``(N, M, K)``, ``M`` dividing ``C``: channel ``g M + m`` takes filter ``m``, as in
+:func:`~mrconvnext.ops.long_conv1d`): the branch passes convolve with the ``M`` filters, the groups as a batch
+dimension; only the merged kernel, which differs per channel, is ``(C, K)``; the kernels' gradient is summed over
+the channels that share them.
 """
 
 from __future__ import annotations
@@ -59,6 +64,12 @@ def _summed(t: torch.Tensor, sync: bool) -> torch.Tensor:
     return t
 
 
+def _per_channel(t: torch.Tensor, C: int) -> torch.Tensor:
+    """``t (N, M, ...)`` of shared filters expanded to ``(N, C, ...)`` (channel ``g M + m``: filter ``m``)."""
+    G = C // t.shape[1]
+    return t if G == 1 else t.repeat(1, G, *([1] * (t.dim() - 2)))
+
+
 def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int, sync: bool):
     """``(M, center, mean, u, offset)`` in float64: the values per channel ``M`` (over all processes with ``sync``),
     the per-channel input mean ``center (C,)``, the branch means ``mean (N, C)`` (exact, from the ones-responses),
@@ -72,8 +83,8 @@ def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int, sync: bool
     S = S[:, :L]
     center = S.sum(-1) / M
     K = kernels.shape[-1]
-    u = ones_response(kernels, zero_lag, L)  # T 1 (N, C, L), float64
-    r = ones_response(kernels.flip(-1), K - 1 - zero_lag, L)  # T^T 1: the taps reversed
+    u = _per_channel(ones_response(kernels, zero_lag, L), C)  # T 1 (N, C, L), float64
+    r = _per_channel(ones_response(kernels.flip(-1), K - 1 - zero_lag, L), C)  # T^T 1: the taps reversed
     mean = (S.unsqueeze(0) * r).sum(-1) / M
     offset = center.view(1, C, 1) * u - mean.unsqueeze(-1)
     return M, center, mean, u, offset
@@ -120,7 +131,7 @@ def folded_bn_conv_forward(
             sq += d.double().square().sum((0, 3))
         var = _summed(sq, sync) / M
         a, c = _fold(weight, bias, alpha, mean, var, eps)
-        merged = (a.to(kernels.dtype).unsqueeze(-1) * kernels).sum(0)
+        merged = (a.to(kernels.dtype).unsqueeze(-1) * _per_channel(kernels, C)).sum(0)
         # y = conv(x - center, merged) + center T_merged 1 + c, the large terms combined in float64
         shift = center.view(-1, 1) * (a.unsqueeze(-1) * u).sum(0) + c.unsqueeze(-1)  # (C, L)
         xc = x - center.to(x.dtype).view(1, -1, 1)
@@ -143,7 +154,7 @@ folded_bn_conv_op = torch.library.custom_op('mrconvnext::folded_bn_conv', folded
 
 @folded_bn_conv_op.register_fake
 def _(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, sync):
-    N, C = kernels.shape[:2]
+    N, C = kernels.shape[0], x.shape[1]
     stats = x.new_empty((N, C), dtype=torch.float64)
     return torch.empty_like(x), stats, stats.clone()
 
@@ -194,7 +205,8 @@ def folded_bn_conv_backward(
             dz_sum += dz.double().sum(0)
         # the kernels also multiply the centre taken out of x: dk_i[j] += center * sum of dz_i over the outputs
         # that lag j reaches from inside the sequence
-        grad_k += (center.view(1, C, 1) * _reached_sums(dz_sum, zero_lag, kernels.shape[-1])).to(grad_k.dtype)
+        reached = center.view(1, C, 1) * _reached_sums(dz_sum, zero_lag, kernels.shape[-1])  # (N, C, K)
+        grad_k += reached.unflatten(1, (-1, kernels.shape[1])).sum(1).to(grad_k.dtype)
         w, b, al = weight.double(), bias.double(), alpha.double()
         return (
             grad_x,
@@ -255,13 +267,13 @@ def folded_bn_conv(
     sync: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``sum_i alpha_i BN_i(conv(x, k_i))`` with batch statistics (see the module docstring): ``x (B, C, L)``,
-    ``kernels (N, C, K)``, ``weight`` / ``bias`` / ``alpha (N, C)``. Returns ``y`` (B, C, L) and the batch ``mean``
+    ``kernels (N, C, K)`` or shared filters ``(N, M, K)``, ``weight`` / ``bias`` / ``alpha (N, C)``. Returns ``y`` (B, C, L) and the batch ``mean``
     and biased ``var`` (N, C) in float64 (no gradient) for the caller's running statistics. Under autocast the
     convolutions run in its dtype: ``x`` and the kernels are cast to it first (the BatchNorm parameters stay as they
     are, folded in float64), so the operator computes the same eager and compiled. ``sync``: the statistics are those
     of every process of the default group (synchronized BatchNorm): the sums of the statistics pass and of the
     backward are all-reduced; the parameters' gradients stay this process's (for DDP to reduce)."""
-    check_branch_norm('folded_bn_conv', x, kernels, zero_lag, weight, bias, alpha)
+    check_branch_norm('folded_bn_conv', x, kernels, zero_lag, weight, bias, alpha, shared=True)
     amp = autocast_dtype(x.device.type)
     dtype = amp or x.dtype
     return folded_bn_conv_op(x.to(dtype), kernels.to(dtype), zero_lag, weight, bias, alpha, eps, method, engine, sync)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from mrconvnext.ops import circular_kernel, engines, fft_size, long_conv1d
-from mrconvnext.ops.long_conv import engine_torch, fft_length, kernel_spectrum
+from mrconvnext.ops.long_conv import engine_torch, fft_length, kernel_spectrum, long_conv1d_vjp
 from mrconvnext.ops.native_build import cxx_compiler
 from tests.reference import shifted_sum_conv
 
@@ -390,3 +390,65 @@ def test_dfti_plan_cache_is_bounded_and_frees_its_descriptors():
     assert created - created0 >= 2 * (len(sizes) - 32)  # at most 32 of them were cached before (fwd + bwd each)
     assert freed - freed0 > 0
     assert created - freed <= 2 * 32 * 2 * max(torch.get_num_threads(), 1) + 2 * 32  # both precisions, every thread
+
+
+def _per_channel_reference(x: torch.Tensor, filters: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """Shared filters by one depthwise F.conv1d per channel: ``x (B, C, L)``, ``filters (N, M, K)``, channel ``c``
+    convolved with filter ``c % M`` -> ``(B, N, C, L)``."""
+    C, L = x.shape[1], x.shape[-1]
+    N, M, K = filters.shape
+    xp = F.pad(x, (K - 1 - zero_lag, zero_lag))
+    return torch.stack(
+        [
+            torch.cat([F.conv1d(xp[:, c : c + 1], filters[n, c % M].flip(-1).view(1, 1, K)) for c in range(C)], 1)
+            for n in range(N)
+        ],
+        1,
+    )[..., :L]
+
+
+SHARED_METHODS = [('fft', 'native'), ('fft', 'torch'), ('direct', 'auto'), ('toeplitz', 'auto'), ('rowdft', 'auto')]
+
+
+@pytest.mark.parametrize(('method', 'engine'), SHARED_METHODS)
+@pytest.mark.parametrize('stacked', [False, True])
+@pytest.mark.parametrize(('G', 'M', 'K', 'zero_lag'), [(3, 2, 9, 4), (2, 3, 5, 0), (4, 1, 41, 20)])
+def test_shared_filters_equal_a_loop_of_depthwise_convs(method, engine, stacked, G, M, K, zero_lag):
+    """M filters for C = G M channels (channel g M + m takes filter m), every method: values and the gradients of x,
+    the filters and the bias against autograd through one F.conv1d per channel, in float64; long_conv1d_vjp gives
+    the same gradients. K = 41 on L = 13: taps longer than the sequence."""
+    B, L = 2, 13
+    x = torch.randn(B, G * M, L, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2 if stacked else 1, M, K, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(G * M, dtype=torch.float64, requires_grad=True)
+    y = long_conv1d(x, k if stacked else k[0], bias, zero_lag=zero_lag, method=method, engine=engine)
+    ref = _per_channel_reference(x, k, zero_lag) + bias.view(-1, 1)
+    ref = ref if stacked else ref[:, 0]
+    assert y.shape == ref.shape
+    torch.testing.assert_close(y, ref, rtol=1e-11, atol=1e-11)
+    g = torch.randn_like(ref)
+    got, want = torch.autograd.grad(y, (x, k, bias), g), torch.autograd.grad(ref, (x, k, bias), g)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    gx, gk = long_conv1d_vjp(g, x.detach(), k.detach() if stacked else k.detach()[0], zero_lag, method=method,
+                             engine=engine)  # fmt: skip
+    torch.testing.assert_close(gx, want[0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(gk, want[1] if stacked else want[1][0], rtol=1e-10, atol=1e-10)
+
+
+def test_shared_filters_make_the_channels_a_gemm_dimension():
+    """The Toeplitz method with M filters for G M channels builds M matrices, not G M, and multiplies each with the
+    B G columns of its channels: one batched product of (N M) L x L matrices with L x (B G) operands."""
+    from tests.dispatch import RecordOps
+
+    B, G, M, N, L = 4, 3, 2, 2, 16
+    x, k = torch.randn(B, G * M, L), torch.randn(N, M, 2 * L - 1)
+    with RecordOps() as rec:
+        long_conv1d(x, k, zero_lag=L - 1, method='toeplitz')
+    products = [shapes for name, shapes in rec.calls if name.startswith(('aten.bmm', 'aten.mm', 'aten.matmul'))]
+    assert products == [[(N * M, L, L), (N * M, L, B * G)]], products
+
+
+def test_shared_filters_bad_count():
+    with pytest.raises(ValueError, match=r'M = 6 or a divisor of it'):
+        long_conv1d(torch.randn(2, 6, 8), torch.randn(4, 3), zero_lag=0)

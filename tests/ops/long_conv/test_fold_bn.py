@@ -55,6 +55,29 @@ def test_outputs_statistics_and_gradients_match_the_naive_form(B, C, L, N, K, ze
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-9 * (1 + shift) * want.abs().max().item())
 
 
+@pytest.mark.parametrize('method, engine', [('auto', 'auto'), ('fft', 'torch'), ('direct', 'auto'),
+                                            ('toeplitz', 'auto'), ('rowdft', 'auto')])  # fmt: skip
+@pytest.mark.parametrize('causal', [False, True])
+def test_shared_filters_match_the_naive_form(method, engine, causal):
+    """Kernels of M shared filters (N, M, K) for C = G M channels (channel g M + m: filter m): outputs, statistics and
+    every gradient equal the naive form with the filters expanded to the channels (its autograd sums a filter's
+    gradient over its channels), at an input mean of 100, in float64."""
+    B, G, M, N, L = 3, 3, 2, 3, 11
+    K, zero_lag = (15, 0) if causal else (21, 10)
+    x = (torch.randn(B, G * M, L, dtype=DT) + 100).requires_grad_()
+    k = torch.randn(N, M, K, dtype=DT, requires_grad=True)
+    w, b, a = (torch.randn(N, G * M, dtype=DT, requires_grad=True) for _ in range(3))
+    g = torch.randn(B, G * M, L, dtype=DT)
+    y, mean, var = folded_bn_conv(x, k, zero_lag, w, b, a, method=method, engine=engine)
+    y_ref, mean_ref, var_ref = naive(x, k.repeat(1, G, 1), zero_lag, w, b, a)
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-7)
+    torch.testing.assert_close(mean, mean_ref.detach(), rtol=1e-9, atol=1e-7)
+    torch.testing.assert_close(var, var_ref.detach(), rtol=1e-9, atol=1e-9)
+    for got, want in zip(torch.autograd.grad(y, (x, k, w, b, a), g), torch.autograd.grad(y_ref, (x, k, w, b, a), g),
+                         strict=True):  # fmt: skip
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-7 * want.abs().max().item())
+
+
 def test_float32_statistics_at_a_large_input_mean():
     """At an input mean of 1000 the float32 operator keeps float64 BatchNorm's statistics and output to 1e-4
     (measured: 1.3e-7 relative on the variance, 8.7e-8 on y): the branch outputs are formed from a centred input."""
@@ -82,6 +105,9 @@ def test_opcheck(method, engine):
     bwd = (torch.randn(2, 3, 8, dtype=DT), x.detach(), k.detach(), 7, w.detach(), b.detach(), a.detach(), mean, var,
            1e-5, method, engine, False)  # fmt: skip
     torch.library.opcheck(fold_bn.folded_bn_conv_backward_op, bwd)
+    shared = torch.randn(2, 1, 15, dtype=DT, requires_grad=True)  # one filter shared by the 3 channels
+    torch.library.opcheck(fold_bn.folded_bn_conv_op, (x, shared, *args[2:]))
+    torch.library.opcheck(fold_bn.folded_bn_conv_backward_op, (*bwd[:2], shared.detach(), *bwd[3:]))
 
 
 def test_a_compiled_training_step_equals_eager(monkeypatch):
