@@ -1,4 +1,4 @@
-"""GPU benchmark of DynamicConv per ConvNeXt-T stage, beside timm's 7x7 depthwise conv, with bytes moved.
+"""GPU benchmark of DynamicConv and LightConv per ConvNeXt-T stage, beside timm's 7x7 depthwise conv, with bytes moved.
 
 Per stage (C, H x W) = (96, 56²), (192, 28²), (384, 14²), (768, 7²), kernel sizes (7, 15, 31, 31) and one head per 16
 channels (``dynconvnext_t``), a channels-last float32 input under bf16 autocast, as in a ConvNeXt block:
@@ -6,14 +6,18 @@ channels (``dynconvnext_t``), a channels-last float32 input under bf16 autocast,
 - ``dwconv7x7``: the mixer ConvNeXt-T has there (timm's ``create_conv2d(C, C, 7, depthwise=True)``);
 - ``dynconv/<engine>``: the whole ``DynamicConv2d`` mixer (logits GEMM, softmax, taps) on the Triton kernels or the
   PyTorch tap loop;
-- ``kernel/triton``: the fused operator alone on precomputed bf16 logits.
+- ``kernel/triton``: the fused operator alone on precomputed bf16 logits;
+- ``lightconv/<engine>``: the whole ``LightConv2d`` mixer (``lightconvnext_t``'s settings) on the grouped conv
+  (``'torch'``, what ``'auto'`` runs) or the DynamicConv kernels with shared weights (``'triton'``): the measurement
+  that decides whether ``'auto'`` should take the Triton kernels on CUDA (``engines.light_conv_engine``).
 
 Modes ``fwd`` (no_grad) and ``fwd+bwd`` (gradients of x and the parameters for a random cotangent). Times are
 ``triton.testing.do_bench`` medians (CUDA events, after warm-up); ratios are over ``dwconv7x7`` of the same stage and
 mode. ``bytes/elem`` is the traffic the design needs per map element (``--accounting`` prints the model alone, without
 a GPU): reading a float32 x and casting it (6 B, as the depthwise conv does), the GEMM reading the bf16 copy (2 B)
 and writing the logits (2 K / 16 B), the kernel reading both (2 + 2 K / 16 B), writing y (2 B) and the log-sum-exp
-(4 / 16 B); ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``).
+(4 / 16 B); ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``). LightConv on the Triton kernels reads the
+float32 x and writes a float32 y (8 B; its softmax-normalized weights are float32).
 
     python scripts/bench_dynconv_gpu.py [--batch 128] [--out results]
     python scripts/bench_dynconv_gpu.py --accounting
@@ -38,16 +42,17 @@ def bytes_per_element(K: int) -> dict[str, float]:
     """Forward bytes per map element of the Triton mixer under bf16 autocast, and of the 7x7 depthwise conv."""
     logits = 2 * K / HEAD_DIM
     fwd = 6 + (2 + logits) + (2 + logits + 2 + 4 / HEAD_DIM)
-    return {'dynconv_fwd': fwd, 'dwconv_fwd': 10.0}
+    return {'dynconv_fwd': fwd, 'dwconv_fwd': 10.0, 'lightconv_fwd': 8.0}
 
 
 def accounting() -> list[str]:
-    lines = ['| stage | C | L | K | dynconv fwd B/elem | dwconv fwd B/elem | ratio |', '|' + ' --- |' * 7]
+    lines = ['| stage | C | L | K | dynconv fwd B/elem | lightconv fwd B/elem | dwconv fwd B/elem | ratio |']
+    lines.append('|' + ' --- |' * 8)
     for i, (C, S, K) in enumerate(STAGES):
         b = bytes_per_element(K)
         lines.append(
-            f'| {i + 1} | {C} | {S * S} | {K} | {b["dynconv_fwd"]:.2f} | {b["dwconv_fwd"]:.0f} | '
-            f'{b["dynconv_fwd"] / b["dwconv_fwd"]:.2f} |'
+            f'| {i + 1} | {C} | {S * S} | {K} | {b["dynconv_fwd"]:.2f} | {b["lightconv_fwd"]:.0f} | '
+            f'{b["dwconv_fwd"]:.0f} | {b["dynconv_fwd"] / b["dwconv_fwd"]:.2f} |'
         )
     return lines
 
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         sys.exit('bench_dynconv_gpu: no CUDA device visible (--accounting needs none)')
     from timm.layers import create_conv2d
 
-    from mrconvnext.layers import DynamicConv2d
+    from mrconvnext.layers import DynamicConv2d, LightConv2d
 
     rows = []
     for stage, (C, S, K) in enumerate(STAGES, 1):
@@ -112,6 +117,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             torch.manual_seed(0)
             cases[f'dynconv/{engine}'] = DynamicConv2d(C, (S, S), kernel_size=K, num_heads=C // HEAD_DIM, engine=engine)
         cases['kernel/triton'] = _Kernel(cases['dynconv/triton'].cuda(), x)
+        for engine in ('torch', 'triton'):
+            cases[f'lightconv/{engine}'] = LightConv2d(C, (S, S), kernel_size=K, num_heads=C // HEAD_DIM, engine=engine)
         elements = args.batch * C * S * S
         for mode in ('fwd', 'fwd+bwd'):
             base = None
@@ -122,8 +129,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 base = ms if name == 'dwconv7x7' else base
                 row = dict(stage=stage, B=args.batch, C=C, L=S * S, K=K, mode=mode, case=name)
                 row.update(median_ms=round(ms, 4), ratio_vs_dwconv=round(ms / base, 3), peak_extra_mb=round(peak, 1))
-                if mode == 'fwd' and name != 'dynconv/torch':
-                    b = bytes_per_element(K)['dwconv_fwd' if name == 'dwconv7x7' else 'dynconv_fwd']
+                if mode == 'fwd' and name not in ('dynconv/torch', 'lightconv/torch'):
+                    kind = {'dwconv7x7': 'dwconv_fwd', 'lightconv/triton': 'lightconv_fwd'}.get(name, 'dynconv_fwd')
+                    b = bytes_per_element(K)[kind]
                     row['model_GBps'] = round(elements * b / (ms * 1e-3) / 1e9, 1)
                 rows.append(row)
                 print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)

@@ -82,10 +82,15 @@ class _HeadConv1d(ScriptedInPython):
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
 class LightConv1d(_HeadConv1d):
-    """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads."""
+    """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads.
 
-    def __init__(self, dim: int, kernel_size: int, num_heads: int, **options) -> None:
+    ``engine`` (:func:`~mrconvnext.ops.engines.light_conv_engine`): ``'auto'`` / ``'torch'`` (one grouped conv) or
+    ``'triton'`` (DynamicConv's channels-last kernels with shared weights; opt-in until measured faster on a GPU).
+    """
+
+    def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
+        self.engine = check_choice(type(self).__name__, 'engine', engine, engines.LIGHT_CONV_ENGINES)
         self.weight = nn.Parameter(torch.empty(num_heads, kernel_size))
         self.reset_parameters()
 
@@ -100,7 +105,9 @@ class LightConv1d(_HeadConv1d):
         return F.dropout(w, self.weight_dropout, self.training)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        return light_conv1d(x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal)
+        return light_conv1d(
+            x, self.kernel(), self.bias, num_heads=self.num_heads, causal=self.causal, engine=self.engine
+        )
 
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable

@@ -28,6 +28,9 @@ class LightConvNeXt(MixerConvNeXt):
         channels_per_head: channels sharing one kernel (``num_heads = max(1, dim // channels_per_head)``).
         weight_dropout: DropConnect probability on the normalized kernels (training only).
         causal: causal mixers (default bidirectional).
+        engine: the mixers' engine, ``'auto'``, ``'torch'`` or ``'triton'``
+            (:func:`mrconvnext.ops.engines.light_conv_engine`; DynConvNeXt's:
+            :func:`mrconvnext.ops.engines.dynamic_conv_engine`).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments.
     """
 
@@ -39,14 +42,16 @@ class LightConvNeXt(MixerConvNeXt):
         channels_per_head: int = 16,
         weight_dropout: float = 0.0,
         causal: bool = False,
+        engine: str = 'auto',
         **kwargs,
     ) -> None:
         if len(kernel_sizes) != len(kwargs.get('depths', (3, 3, 9, 3))):
             raise ValueError(f'kernel_sizes needs one entry per stage, got {kernel_sizes}')
         self.kernel_sizes = tuple(kernel_sizes)
         self.channels_per_head = channels_per_head
-        # subclasses add their mixers' own options (DynConvNeXt: engine) before calling this
-        self.mixer_cfg = dict(weight_dropout=weight_dropout, causal=causal, **getattr(self, 'extra_mixer_cfg', {}))
+        # subclasses add their mixers' own options (DynConvNeXt: predictor_bias) before calling this
+        extra = getattr(self, 'extra_mixer_cfg', {})
+        self.mixer_cfg = dict(weight_dropout=weight_dropout, causal=causal, engine=engine, **extra)
         super().__init__(**kwargs)
 
     def make_mixer(self, stage: int, dim: int, input_size: tuple[int, int]) -> nn.Module:
@@ -57,14 +62,14 @@ class LightConvNeXt(MixerConvNeXt):
 
 
 class DynConvNeXt(LightConvNeXt):
-    """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt`, the mixers' ``engine``
-    (``'auto'``, ``'torch'`` or ``'triton'``; :func:`mrconvnext.ops.engines.dynamic_conv_engine`) and
-    ``predictor_bias`` (a bias in the kernel predictor: off, as in the paper; checkpoints with one still load)."""
+    """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt` (``engine``: 'auto' is Triton on
+    CUDA, :func:`mrconvnext.ops.engines.dynamic_conv_engine`) and ``predictor_bias`` (a bias in the kernel predictor:
+    off, as in the paper; checkpoints with one still load)."""
 
     mixer_layer = DynamicConv2d
 
-    def __init__(self, engine: str = 'auto', predictor_bias: bool = False, **kwargs) -> None:
-        self.extra_mixer_cfg = dict(engine=engine, predictor_bias=predictor_bias)
+    def __init__(self, predictor_bias: bool = False, **kwargs) -> None:
+        self.extra_mixer_cfg = dict(predictor_bias=predictor_bias)
         super().__init__(**kwargs)
 
 

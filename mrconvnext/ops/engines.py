@@ -46,6 +46,7 @@ __all__ = [
     'LONG_CONV_ENGINES',
     'TALK_ENGINES',
     'DYNAMIC_CONV_ENGINES',
+    'LIGHT_CONV_ENGINES',
     'DIRECT_MAX_TAPS',
     'FLASHFFT_DEVICES',
     'TALK_EXT',
@@ -66,6 +67,8 @@ __all__ = [
     'talk_engine_constant',
     'dynamic_conv_engine',
     'dynamic_conv_engine_constant',
+    'light_conv_engine',
+    'light_conv_engine_constant',
     'long_conv_choice',
     'matmul_method',
     'fft_engine',
@@ -80,6 +83,7 @@ MATMUL_METHODS = ('toeplitz', 'rowdft')
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference')
 DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton')
+LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's time at 7 taps,
 # 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
@@ -337,6 +341,30 @@ def dynamic_conv_engine_constant(device_type: str, engine: str) -> str:
     return dynamic_conv_engine(device_type, engine)
 
 
+def light_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
+    """The LightConv engine ``engine`` resolves to for tensors on ``device``: 'torch' or 'triton'.
+
+    ``'auto'`` is ``'torch'`` on every device: one grouped ``F.conv1d`` (cuDNN's depthwise convolution on CUDA).
+    ``'triton'``, DynamicConv's channels-last kernels with the weights shared by every position, is there to be
+    measured against it (``scripts/bench_dynconv_gpu.py``): it becomes CUDA's ``'auto'`` only where a GPU measurement
+    shows it faster, which none has yet. It raises RuntimeError, saying why, where its kernels cannot run.
+    """
+    check_choice('light_conv1d', 'engine', engine, LIGHT_CONV_ENGINES)
+    if engine != 'triton':
+        return 'torch'
+    device = torch.device(device)
+    reason = triton_unavailable(device.type)
+    if reason is not None:
+        raise RuntimeError(f'Triton LightConv kernels unavailable for {device}: {reason}')
+    return 'triton'
+
+
+@torch.compiler.assume_constant_result
+def light_conv_engine_constant(device_type: str, engine: str) -> str:
+    """:func:`light_conv_engine` as a constant for torch.compile."""
+    return light_conv_engine(device_type, engine)
+
+
 # -------------------------------------------------------------------------------------- long convolutions
 
 
@@ -448,7 +476,8 @@ def resolve(
 ) -> tuple[str, str]:
     """``(method, engine)`` that ``op`` runs on ``device`` for ``dtype`` inputs, a sequence of ``length`` and (long
     convolutions) a kernel of ``taps`` centred taps. ``op``: ``'long_conv1d'``, ``'branch_conv_bn_sum'``,
-    ``'talk1d'``, ``'talk2d'``, ``'dynamic_conv1d'`` (one method each but the long convolution's: ``'-'``)."""
+    ``'talk1d'``, ``'talk2d'``, ``'dynamic_conv1d'``, ``'light_conv1d'`` (one method each but the long convolution's:
+    ``'-'``)."""
     device = torch.device(device)
     if op == 'long_conv1d':
         return long_conv_choice(device.type, dtype, length, taps, taps // 2, method, engine)
@@ -459,9 +488,11 @@ def resolve(
         return '-', talk_engine(device, engine)
     if op == 'dynamic_conv1d':
         return '-', dynamic_conv_engine(device, engine)
+    if op == 'light_conv1d':
+        return '-', light_conv_engine(device, engine)
     raise ValueError(
-        f"resolve: op must be one of ('long_conv1d', 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d'), "
-        f'got {op!r}'
+        "resolve: op must be one of ('long_conv1d', 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d', "
+        f"'light_conv1d'), got {op!r}"
     )
 
 
@@ -475,6 +506,7 @@ def report() -> str:
     # (op, sequence length, taps): long convolutions at ConvNeXt-T's stage-1 and stage-3 lengths, and a short kernel
     rows = [('long_conv1d', 3136, 3136), ('long_conv1d', 196, 196), ('long_conv1d', 3136, 7)]
     rows += [('branch_conv_bn_sum', 3136, 3136), ('talk1d', 1, 1), ('talk2d', 1, 1), ('dynamic_conv1d', 1, 1)]
+    rows += [('light_conv1d', 1, 1)]
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         for op, length, taps in rows:

@@ -26,10 +26,11 @@ def _accounting_rows(script: str) -> list[list[str]]:
 
 
 def test_dynconv_accounting_per_stage():
-    for _stage, _C, _L, K, dyn, dw, ratio in _accounting_rows('bench_dynconv_gpu.py'):
+    for _stage, _C, _L, K, dyn, light, dw, ratio in _accounting_rows('bench_dynconv_gpu.py'):
         # a float32 x read and cast (6 B), the GEMM's bf16 read (2 B), the kernel's read and write (4 B), the bf16
-        # logits written and read (2 x 2K/16 B), the log-sum-exp (4/16 B)
+        # logits written and read (2 x 2K/16 B), the log-sum-exp (4/16 B); LightConv: float32 x read, y written
         assert float(dyn) == pytest.approx(6 + 2 + 4 + 4 * int(K) / 16 + 0.25, abs=0.01)
+        assert float(light) == 8
         assert float(dw) == 10 and float(ratio) == pytest.approx(float(dyn) / 10, abs=0.01)
 
 

@@ -57,12 +57,16 @@ def light_conv1d(
     *,
     num_heads: int,
     causal: bool = False,
+    engine: str = 'auto',
 ) -> torch.Tensor:
     """Depthwise convolution with one kernel per head, shared by the head's ``C // H`` channels.
 
     x: ``(B, C, L)``; weight: ``(H, K)``, already normalized; bias: ``(C,)`` or None.
-    Returns ``(B, C, L)``. Lags as in the module docstring. Implemented as one grouped
-    ``F.conv1d``; the only expansion is of the ``(H, K)`` weights to ``(C, 1, K)``.
+    Returns ``(B, C, L)`` in ``promote_types(x.dtype, weight.dtype)``. Lags as in the module docstring. ``engine``
+    (:func:`~mrconvnext.ops.engines.light_conv_engine`): ``'torch'`` (what ``'auto'`` runs) is one grouped
+    ``F.conv1d``, the only expansion that of the ``(H, K)`` weights to ``(C, 1, K)``; ``'triton'`` runs DynamicConv's
+    channels-last kernels with the weights shared by every position (:func:`.engine_triton.light_conv_triton`: a
+    channels-last map's ``(B, C, H*W)`` view read in place, the result channels-last).
     """
     name = 'light_conv1d'
     x = check_x(name, x)
@@ -72,6 +76,11 @@ def light_conv1d(
     if weight.ndim != 2 or weight.shape[0] != num_heads or weight.shape[1] < 1:
         raise ValueError(f'{name} expects weight of shape (num_heads={num_heads}, K >= 1), got {tuple(weight.shape)}')
     check_bias(name, x, bias)
+    if engines.light_conv_engine_constant(x.device.type, engine) == 'triton':
+        from .engine_triton import light_conv_triton
+
+        y = light_conv_triton(x.transpose(1, 2), weight, zero_lag_for(weight.shape[1], causal))
+        return add_bias(y.transpose(1, 2), bias)
     # A depthwise convolution with the head's kernel repeated to its channels (a (C, K) copy of the
     # tiny weight): the package's one direct-convolution implementation does the rest (lag crop,
     # padding, float32 compute for half inputs).

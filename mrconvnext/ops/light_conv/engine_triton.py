@@ -1,4 +1,4 @@
-"""Triton kernels of DynamicConv, channels-last, forward and backward, registered as ``triton_op``s.
+"""Triton kernels of DynamicConv and LightConv, channels-last, forward and backward, registered as ``triton_op``s.
 
 Layout: ``x (B, L, C)`` (any strides; the ``(B, C, L)`` channels-last view of a ConvNeXt map is a transpose away, no
 copy), ``logits (B, L, H, K)`` contiguous (one GEMM on the ``(B·L, C)`` view gives them), ``drop`` the same shape or
@@ -19,6 +19,11 @@ the taps makes the softmax's gradient ``dlogits_k = p_k (v_k - sum_j p_j v_j)`` 
 accumulation-dtype buffer, ``dlogits`` itself where that is its dtype). Accumulation in float32 (float64 for
 float64 operands); no atomics, deterministic.
 
+LightConv (``light_conv_triton``) runs the same kernels with weights ``(H, K)`` shared by every position (``SHARED``:
+the weight row of ``(t, h)`` is ``h``; already normalized, no softmax or multipliers in the kernel). Its weight
+gradient is reduced over a program's positions in registers and written per (image, block of positions), ``(B,
+L / BLOCK_L, H, K)`` in the accumulation dtype, then summed: no atomics there either.
+
 Devices: CUDA tensors; CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1`` before the first import; see
 :mod:`mrconvnext.ops.talk.engine_triton`).
 """
@@ -35,6 +40,8 @@ from .flops import register_triton_flops
 __all__ = [
     'dynamic_conv_triton',
     'dynamic_conv_triton_backward',
+    'light_conv_triton',
+    'light_conv_triton_backward',
     'dynamic_conv_fwd_jit',
     'dynamic_conv_bwd_jit',
     'block_sizes',
@@ -70,6 +77,15 @@ def _tile(L, H, R, BLOCK_L: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.con
 
 
 @triton.jit
+def _rows(b, t, h, L, H, SHARED: tl.constexpr):
+    """The weight rows of positions ``t`` and heads ``h``, ``(BLOCK_L, BLOCK_H)``: ``(b L + t) H + h``, or ``h`` for
+    weights shared by every position."""
+    if SHARED:
+        return h[None, :] + tl.zeros_like(t)[:, None]
+    return (b * L + t)[:, None] * H + h[None, :]
+
+
+@triton.jit
 def _weight(lg, drop, lse, row, k, mask, K, SOFTMAX: tl.constexpr, HAS_DROP: tl.constexpr, ACC_F64: tl.constexpr):
     """Tap ``k``'s weights at the ``(t, h)`` rows ``row = (b L + t) H + h`` (any shape), zero where not ``mask``."""
     acc_ty = tl.float64 if ACC_F64 else tl.float32
@@ -99,6 +115,7 @@ def dynamic_conv_fwd_jit(
     sxc,
     SOFTMAX: tl.constexpr,
     HAS_DROP: tl.constexpr,
+    SHARED: tl.constexpr,
     ACC_F64: tl.constexpr,
     BLOCK_L: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -117,10 +134,11 @@ def dynamic_conv_fwd_jit(
         tl.store(lse + row, m + tl.log(tl.where(rmask, s, 1.0)), mask=rmask)  # (no log(0) on masked rows)
     acc = tl.zeros([BLOCK_L, BLOCK_H, BLOCK_R], dtype=acc_ty)
     xb = x + b * sxb + c[None, :, :] * sxc
+    wrow = _rows(b, t, h, L, H, SHARED)
     for k in range(0, K):
         src = t - (k - zero_lag)
         live = tmask & (src >= 0) & (src < L)
-        w = _weight(lg, drop, lse, row, k, rmask & live[:, None], K, SOFTMAX, HAS_DROP, ACC_F64)
+        w = _weight(lg, drop, lse, wrow, k, rmask & live[:, None], K, SOFTMAX, HAS_DROP, ACC_F64)
         xv = tl.load(xb + src[:, None, None] * sxl, mask=live[:, None, None] & cmask[None, :, :], other=0.0)
         acc += w[:, :, None] * xv.to(acc_ty)
     tl.store(y + (b * L + t)[:, None, None] * C + c[None, :, :], acc.to(y.dtype.element_ty), mask=full)
@@ -150,6 +168,7 @@ def dynamic_conv_bwd_jit(
     sgc,
     SOFTMAX: tl.constexpr,
     HAS_DROP: tl.constexpr,
+    SHARED: tl.constexpr,
     NEED_DX: tl.constexpr,
     NEED_DW: tl.constexpr,
     ACC_F64: tl.constexpr,
@@ -177,12 +196,15 @@ def dynamic_conv_bwd_jit(
                 p = _weight(lg, drop, lse, row, k, rmask, K, SOFTMAX, False, ACC_F64)
                 total += p * v
                 tl.store(vbuf + row * K + k, v, mask=rmask)
+            elif SHARED:  # this program's share of the shared weights' gradient: v summed over its positions
+                part = (b * tl.num_programs(0) + tl.program_id(0)) * H + h
+                tl.store(dlg + part * K + k, tl.sum(v, axis=0).to(dlg.dtype.element_ty), mask=h < H)
             else:
                 tl.store(dlg + row * K + k, v.to(dlg.dtype.element_ty), mask=rmask)
         if NEED_DX:  # dx at s = t: the weights and g at t + lag
             dst = t + lag
             live = tmask & (dst >= 0) & (dst < L)
-            drow = (b * L + dst)[:, None] * H + h[None, :]
+            drow = _rows(b, dst, h, L, H, SHARED)
             w = _weight(lg, drop, lse, drow, k, live[:, None] & (h < H)[None, :], K, SOFTMAX, HAS_DROP, ACC_F64)
             gv = tl.load(gb + dst[:, None, None] * sgl, mask=live[:, None, None] & cmask[None, :, :], other=0.0)
             acc_dx += w[:, :, None] * gv.to(acc_ty)
@@ -223,7 +245,7 @@ def dynamic_conv_triton(
     blocks = block_sizes(H, C // H, K)
     wrap_triton(dynamic_conv_fwd_jit)[_grid(B, L, H, blocks)](
         x, lg, dr, y, lse if softmax else lg, L, C, H, C // H, K, zero_lag, *x.stride(),
-        SOFTMAX=softmax, HAS_DROP=drop is not None, ACC_F64=acc == torch.float64, **blocks,
+        SOFTMAX=softmax, HAS_DROP=drop is not None, SHARED=False, ACC_F64=acc == torch.float64, **blocks,
     )  # fmt: skip
     return y, lse
 
@@ -258,7 +280,7 @@ def dynamic_conv_triton_backward(
     wrap_triton(dynamic_conv_bwd_jit)[_grid(B, L, H, blocks)](
         grad_y, x, lg, dr, lse if softmax else lg, dx if need_dx else lg, dlg if need_dlogits else lg,
         vbuf if need_dlogits else lg, L, C, H, C // H, K, zero_lag, *x.stride(), *grad_y.stride(),
-        SOFTMAX=softmax, HAS_DROP=drop is not None, NEED_DX=need_dx, NEED_DW=need_dlogits,
+        SOFTMAX=softmax, HAS_DROP=drop is not None, SHARED=False, NEED_DX=need_dx, NEED_DW=need_dlogits,
         ACC_F64=acc == torch.float64, **blocks,
     )  # fmt: skip
     return dx, dlg
@@ -280,4 +302,63 @@ def _grad(ctx, grad_y, _grad_lse):
 
 
 dynamic_conv_triton.register_autograd(_grad, setup_context=_setup)
+
+
+@triton_op('mrconvnext::light_conv_triton', mutates_args=())
+def light_conv_triton(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """``y (B, L, C)`` contiguous, in ``promote_types(x, weight)``, for ``x (B, L, C)`` (any strides) and normalized
+    weights ``(H, K)`` shared by every position (LightConv; module docstring)."""
+    B, L, C = x.shape
+    H, K = weight.shape
+    acc = torch.float64 if _acc_f64(x, weight) else torch.float32
+    y = torch.empty((B, L, C), dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
+    if y.numel() == 0:
+        return y
+    w = weight.contiguous()
+    blocks = block_sizes(H, C // H, K)
+    wrap_triton(dynamic_conv_fwd_jit)[_grid(B, L, H, blocks)](
+        x, w, w, y, w, L, C, H, C // H, K, zero_lag, *x.stride(),
+        SOFTMAX=False, HAS_DROP=False, SHARED=True, ACC_F64=acc == torch.float64, **blocks,
+    )  # fmt: skip
+    return y
+
+
+@triton_op('mrconvnext::light_conv_triton_backward', mutates_args=())
+def light_conv_triton_backward(
+    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, zero_lag: int, need_dx: bool, need_dweight: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dx (B, L, C) contiguous in x's dtype, dweight (H, K) in the weight's dtype)`` of :func:`light_conv_triton`;
+    an empty tensor for one not needed. The weight gradient is summed from per-(image, block of positions) partials."""
+    B, L, C = x.shape
+    H, K = weight.shape
+    acc = torch.float64 if _acc_f64(x, weight) else torch.float32
+    blocks = block_sizes(H, C // H, K)
+    del blocks['BLOCK_K']
+    grid = _grid(B, L, H, blocks)
+    dx = torch.empty((B, L, C), dtype=x.dtype, device=x.device) if need_dx else x.new_empty(0)
+    part = torch.zeros((B, grid[0], H, K), dtype=acc, device=x.device) if need_dweight else weight.new_empty(0)
+    if x.numel() > 0 and (need_dx or need_dweight):
+        w = weight.contiguous()
+        wrap_triton(dynamic_conv_bwd_jit)[grid](
+            grad_y, x, w, w, w, dx if need_dx else w, part if need_dweight else w, w, L, C, H, C // H, K, zero_lag,
+            *x.stride(), *grad_y.stride(), SOFTMAX=False, HAS_DROP=False, SHARED=True, NEED_DX=need_dx,
+            NEED_DW=need_dweight, ACC_F64=acc == torch.float64, **blocks,
+        )  # fmt: skip
+    return dx, (part.sum((0, 1)).to(weight.dtype) if need_dweight else part)
+
+
+def _light_setup(ctx, inputs, output):
+    x, weight, zero_lag = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.zero_lag = zero_lag
+
+
+def _light_grad(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    dx, dw = light_conv_triton_backward(grad_y, x, weight, ctx.zero_lag, need_dx, need_dw)
+    return (dx if need_dx else None), (dw if need_dw else None), None
+
+
+light_conv_triton.register_autograd(_light_grad, setup_context=_light_setup)
 register_triton_flops()

@@ -34,7 +34,8 @@ def dynamic_conv_backward_flops(
 
 def register_triton_flops() -> None:
     """The formulas of the Triton operators (:mod:`.engine_triton`, which calls this once defined): the same
-    multiply-adds, x given as ``(B, L, C)`` and the kernels as ``(B, L, H, K)`` (the softmax is not counted)."""
+    multiply-adds, x given as ``(B, L, C)`` and the kernels as ``(B, L, H, K)``, or LightConv's as ``(H, K)`` (the
+    softmax is not counted)."""
 
     def channels_first(x_shape):
         B, L, C = x_shape
@@ -43,6 +44,14 @@ def register_triton_flops() -> None:
     @register_flop_formula(torch.ops.mrconvnext.dynamic_conv_triton)
     def _(x_shape, logits_shape, drop_shape, zero_lag, softmax, *args, out_shape=None, **kwargs) -> int:
         return 2 * _macs(channels_first(x_shape), logits_shape[3], zero_lag)
+
+    @register_flop_formula(torch.ops.mrconvnext.light_conv_triton)
+    def _(x_shape, weight_shape, zero_lag, *args, out_shape=None, **kwargs) -> int:
+        return 2 * _macs(channels_first(x_shape), weight_shape[1], zero_lag)
+
+    @register_flop_formula(torch.ops.mrconvnext.light_conv_triton_backward)
+    def _(grad_shape, x_shape, weight_shape, zero_lag, need_dx, need_dweight, *args, out_shape=None, **kwargs) -> int:
+        return 2 * _macs(channels_first(x_shape), weight_shape[1], zero_lag) * (int(need_dx) + int(need_dweight))
 
     @register_flop_formula(torch.ops.mrconvnext.dynamic_conv_triton_backward)
     def _(grad_shape, x_shape, logits_shape, drop_shape, lse_shape, zero_lag, softmax, need_dx, need_dlogits,

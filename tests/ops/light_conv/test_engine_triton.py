@@ -1,5 +1,6 @@
-"""The Triton DynamicConv kernels (:mod:`mrconvnext.ops.light_conv.engine_triton`) under Triton's interpreter, against
-float64 naive loops (values and gradients through autograd), and compiled for sm_90 without a GPU."""
+"""The Triton DynamicConv and LightConv kernels (:mod:`mrconvnext.ops.light_conv.engine_triton`) under Triton's
+interpreter, against float64 naive loops (values and gradients through autograd), and compiled for sm_90 without a
+GPU."""
 
 import os
 import subprocess
@@ -9,8 +10,8 @@ import textwrap
 import pytest
 import torch
 
-from mrconvnext.layers import DynamicConv1d, DynamicConv2d
-from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines
+from mrconvnext.layers import DynamicConv1d, DynamicConv2d, LightConv2d
+from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines, light_conv1d
 from tests.hopper import assert_fits_hopper, compile_for_hopper
 from tests.limits import HANG_LIMIT_S
 from tests.reference import lags
@@ -204,6 +205,88 @@ def test_layer_engines_agree_and_dropconnect_uses_the_drawn_multipliers(causal):
         assert torch.equal(layer(x1), layer(x1))  # no DropConnect in eval
 
 
+@triton_cpu
+@pytest.mark.parametrize('case', [*CASES, (2, 70, 8, 2, 5, False)])  # 70 positions: three blocks of partials
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize('channels_last', [True, False])
+def test_light_conv_against_float64_loops(case, dtype, channels_last):
+    """``light_conv1d(engine='triton')``: weights (H, K) shared by every position (the DynamicConv kernels with
+    SHARED). Values, dx and dweight against the float64 loop with the weights repeated at every position; the output
+    is channels-last. Tolerances: float64 1e-12, float32 1e-5, fp16 operands 2e-3 relative to the largest magnitude
+    (the weight gradient sums over B L positions: its float32 partials per block of positions are summed in float32).
+    """
+    x, logits, _, causal = _inputs(case, dtype, channels_last, False)
+    B, L, _, H, K, _ = case
+    w = torch.softmax(torch.randn(H, K, dtype=torch.float64) * 2, -1).to(dtype).requires_grad_()
+    x.requires_grad_()
+    y = light_conv1d(x, w, num_heads=H, causal=causal, engine='triton')
+    assert y.dtype == dtype and y.shape == x.shape and y.transpose(1, 2).is_contiguous()
+    g = torch.randn_like(y)
+    dx, dw = torch.autograd.grad(y, (x, w), g)
+    assert dx.dtype == dtype and dw.dtype == dtype and dw.shape == (H, K)
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    yr = naive_softmax_conv(xr, wr.expand(B, L, H, K), None, causal, softmax=False)
+    rdx, rdw = torch.autograd.grad(yr, (xr, wr), g.double())
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3}[dtype]
+    for got, ref in ((y, yr), (dx, rdx), (dw, rdw)):
+        torch.testing.assert_close(got.double(), ref, rtol=0, atol=tol * (ref.abs().max().item() + 1e-3))
+
+
+@triton_cpu
+def test_light_conv_gradcheck_and_operators():
+    """gradcheck in float64 (bidirectional, causal; 40 positions: two blocks of the weight gradient's partials; fast
+    mode, a random projection of the Jacobian: the interpreter takes minutes for the full one), and the schema and
+    autograd registration of both operators."""
+    from mrconvnext.ops.light_conv import engine_triton as dt
+
+    x = torch.randn(2, 6, 40, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    for causal in (False, True):
+
+        def fn(a, b, causal=causal):
+            return light_conv1d(a, b, num_heads=3, causal=causal, engine='triton')
+
+        assert torch.autograd.gradcheck(fn, (x, w), fast_mode=True)
+    utils = ('test_schema', 'test_autograd_registration')
+    xt = x.detach().float().transpose(1, 2).requires_grad_()
+    torch.library.opcheck(dt.light_conv_triton, (xt, w.detach().float().requires_grad_(), 1), test_utils=utils)
+    args = (torch.randn(2, 40, 6), xt.detach(), w.detach().float(), 1, True, True)
+    torch.library.opcheck(dt.light_conv_triton_backward, args, test_utils=utils)
+
+
+def test_light_conv_engine_resolution():
+    """'auto' is the grouped conv on every device (the Triton kernels are opt-in until a GPU measures them faster)."""
+    assert engines.light_conv_engine('cpu', 'auto') == 'torch'
+    assert engines.light_conv_engine('cuda', 'auto') == 'torch'
+    assert engines.resolve('light_conv1d', 'cuda') == ('-', 'torch')
+    with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for meta'):
+        engines.light_conv_engine('meta', 'triton')
+    with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
+        light_conv1d(torch.randn(1, 4, 5), torch.randn(2, 3), num_heads=2, engine='cuda')
+
+
+@triton_cpu
+@pytest.mark.parametrize('causal', [False, True])
+def test_light_conv_layer_engines_agree(causal):
+    """LightConv2d: engine='triton' equals engine='torch' (bias, DropConnect off), forward and backward, and keeps a
+    channels-last input's layout."""
+    torch.manual_seed(0)
+    a = LightConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='torch', bias=True)
+    b = LightConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='triton', bias=True)
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        a.bias.normal_()
+        b.bias.copy_(a.bias)
+    x = torch.randn(2, 16, 5, 7).contiguous(memory_format=torch.channels_last).requires_grad_()
+    ya, yb = a(x), b(x)
+    assert yb.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(yb, ya, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(ya)
+    for u, v in zip(torch.autograd.grad(ya, [x, *a.parameters()], g), torch.autograd.grad(yb, [x, *b.parameters()], g),
+                    strict=True):  # fmt: skip
+        torch.testing.assert_close(v, u, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_inputs():
     x = torch.randn(2, 8, 5)
     with pytest.raises(ValueError, match=r'logits of shape \(B=2, L=5, H, K >= 1\)'):
@@ -220,7 +303,7 @@ _FAKE_CUDA = textwrap.dedent(
     """
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from mrconvnext.layers import DynamicConv2d
+    from mrconvnext.layers import DynamicConv2d, LightConv2d
     from mrconvnext.ops.light_conv.engine_triton import dynamic_conv_triton, dynamic_conv_triton_backward
     from tests.dispatch import RecordOps
 
@@ -257,6 +340,20 @@ _FAKE_CUDA = textwrap.dedent(
     assert [name for name, _ in copies] == ['aten._to_copy.default'], copies
     big = [s for s in saved if s[0][0] == 32 and len(s[0]) == 4 and s[0][-1] == 7 and s[1] == torch.float32]
     assert not big, big  # no float32 (B, H, L, K) weights saved: the bf16 logits and the log-sum-exp
+
+    # LightConv with the Triton engine: its operator runs on the channels-last map in place, saves x and the weights
+    light = LightConv2d(96, (56, 56), kernel_size=7, num_heads=6, engine='triton')
+    saved.clear()
+    with mode:
+        params = {k: mode.from_tensor(v).to('cuda') for k, v in light.named_parameters()}
+        ops = RecordOps()
+        with ops, torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((tuple(t.shape), t.dtype)) or t,
+                                                           lambda t: t):
+            y = torch.func.functional_call(light, params, (x,))
+    assert 'mrconvnext.light_conv_triton.default' in ops.names, ops.names
+    assert not ops.copies_of(32 * 96 * 3136), ops.copies_of(32 * 96 * 3136)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert max(torch.Size(s).numel() for s, _ in saved) == 32 * 96 * 3136, saved  # x, nothing larger
     print('saved', saved)
     """
 )
@@ -265,7 +362,8 @@ _FAKE_CUDA = textwrap.dedent(
 def test_on_fake_cuda_the_layer_reads_x_in_place_and_saves_logits_and_lse():
     """A stage-1 DynamicConv2d on fake CUDA tensors under bf16 autocast (compiled kernels, fresh process): the Triton
     operators run, x is cast once to bf16 and never copied, the output is channels-last bf16, and autograd keeps the
-    logits and the log-sum-exp but no float32 weights of size (B, H, L, K)."""
+    logits and the log-sum-exp but no float32 weights of size (B, H, L, K). A LightConv2d on the Triton engine reads
+    the float32 map in place (no copy) and saves nothing larger than x."""
     pytest.importorskip('triton')
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
     proc = subprocess.run(
@@ -276,24 +374,29 @@ def test_on_fake_cuda_the_layer_reads_x_in_place_and_saves_logits_and_lse():
 
 def _kernels() -> list:
     """The forward and backward kernels at ConvNeXt-T's DynamicConv settings (16 channels per head; K = 7, 15, 31;
-    heads 6 to 48), bf16 logits with float32 (autocast) or bf16 x, float32 accumulation, and a float64 build."""
+    heads 6 to 48), bf16 logits with float32 (autocast) or bf16 x, float32 accumulation, and a float64 build; and
+    LightConv's (SHARED: float32 weights with float32 or bf16 x, and float64)."""
     from mrconvnext.ops.light_conv.engine_triton import block_sizes
 
     mod = 'mrconvnext.ops.light_conv.engine_triton'
     ce = 'constexpr'
     out = []
-    for x_t, lg_t, acc in (('fp32', 'bf16', 'fp32'), ('bf16', 'bf16', 'fp32'), ('fp64', 'fp64', 'fp64')):
+    variants = [(x_t, lg_t, acc, False) for x_t, lg_t, acc in (('fp32', 'bf16', 'fp32'), ('bf16', 'bf16', 'fp32'))]
+    variants += [('fp64', 'fp64', 'fp64', False), ('fp32', 'fp32', 'fp32', True), ('bf16', 'fp32', 'fp32', True)]
+    variants += [('fp64', 'fp64', 'fp64', True)]
+    for x_t, lg_t, acc, shared in variants:
         y_t = 'fp64' if acc == 'fp64' else ('fp32' if 'fp32' in (x_t, lg_t) else 'bf16')
         for heads, K in ((6, 7), (12, 15), (24, 31), (48, 31)):
             blocks = block_sizes(heads, 16, K)
             ptrs = dict(x=f'*{x_t}', lg=f'*{lg_t}', drop='*fp32')
             scalars = dict(L='i32', C='i32', H='i32', R='i32', K='i32', zero_lag='i32', sxb='i64', sxl='i64', sxc='i64')
-            flags = dict(SOFTMAX=True, HAS_DROP=True, ACC_F64=acc == 'fp64')
+            flags = dict(SOFTMAX=not shared, HAS_DROP=not shared, SHARED=shared, ACC_F64=acc == 'fp64')
             fwd = dict(**ptrs, y=f'*{y_t}', lse=f'*{acc}', **scalars, **dict.fromkeys(list(flags) + list(blocks), ce))
             out.append((mod, 'dynamic_conv_fwd_jit', fwd, dict(**flags, **blocks)))
             bblocks = {k: v for k, v in blocks.items() if k != 'BLOCK_K'}
             bflags = dict(**flags, NEED_DX=True, NEED_DW=True)
-            bwd = dict(g=f'*{y_t}', **ptrs, lse=f'*{acc}', dx=f'*{x_t}', dlg=f'*{lg_t}', vbuf=f'*{acc}', **scalars,
+            dlg_t = acc if shared else lg_t  # LightConv: per-block partials in the accumulation dtype
+            bwd = dict(g=f'*{y_t}', **ptrs, lse=f'*{acc}', dx=f'*{x_t}', dlg=f'*{dlg_t}', vbuf=f'*{acc}', **scalars,
                        sgb='i64', sgl='i64', sgc='i64', **dict.fromkeys(list(bflags) + list(bblocks), ce))  # fmt: skip
             out.append((mod, 'dynamic_conv_bwd_jit', bwd, dict(**bflags, **bblocks)))
     return out
@@ -304,5 +407,5 @@ def test_kernels_fit_hopper():
     local memory, no LDL/STL in the SASS) and shared memory within a block's limit."""
     pytest.importorskip('triton')
     report = compile_for_hopper(_kernels())
-    assert len(report) == 24
+    assert len(report) == 48
     assert_fits_hopper(report)

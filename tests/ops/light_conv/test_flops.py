@@ -42,3 +42,20 @@ def test_dynamic_conv_triton_counts_the_same_taps(K):
     y = dynamic_softmax_conv1d(x, logits, engine='triton')
     bwd = counted(lambda: y.backward(torch.ones_like(y)))
     assert bwd['mrconvnext.dynamic_conv_triton_backward'] == 2 * (2 * B * C * inside)
+
+
+@pytest.mark.skipif(engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu')))
+@pytest.mark.parametrize('K', [1, 4, 9])
+def test_light_conv_triton_counts_the_same_taps(K):
+    from mrconvnext.ops import light_conv1d
+
+    B, C, H, L = 2, 6, 3, 7
+    x = torch.randn(B, C, L, requires_grad=True)
+    w = torch.randn(H, K, requires_grad=True)
+    zero_lag = (K - 1) // 2
+    inside = sum(0 <= t - (k - zero_lag) < L for t in range(L) for k in range(K))
+    fwd = counted(lambda: light_conv1d(x, w, num_heads=H, engine='triton'))
+    assert fwd == {'mrconvnext.light_conv_triton': 2 * B * C * inside}
+    y = light_conv1d(x, w, num_heads=H, engine='triton')
+    bwd = counted(lambda: y.backward(torch.ones_like(y)))
+    assert bwd['mrconvnext.light_conv_triton_backward'] == 2 * (2 * B * C * inside)
