@@ -234,6 +234,29 @@ def test_dynamic_softmax_conv_triton(dtype, tol, drop):
         assert rel_err(a, b) < tol, name
 
 
+@pytest.mark.parametrize('dtype,tol', [(torch.float32, 2e-6), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+def test_light_conv_triton(dtype, tol):
+    """LightConv on the Triton engine (DynamicConv's kernels, shared weights) at a stage-1 shape, channels-last x,
+    against the float64 grouped conv on the CPU: y, dx, dweight (summed over 98 blocks of positions per image)."""
+    B, C, H, L, K = 2, 96, 6, 3136, 7
+    x = torch.randn(B, L, C).transpose(1, 2)
+    w = torch.randn(H, K).softmax(-1)
+    ref = grads(lambda a, k: light_conv1d(a, k, num_heads=H), [x.double(), w.double()])
+    got = grads(lambda a, k: light_conv1d(a, k, num_heads=H, engine='triton'), [x.to(DEV, dtype), w.to(DEV, dtype)])
+    assert got[0].dtype == dtype and got[0].transpose(1, 2).is_contiguous()
+    for a, b, name in zip(got, ref, ('y', 'dx', 'dweight')):
+        assert rel_err(a, b) < tol, name
+
+
+def test_light_conv_triton_opcheck():
+    from mrconvnext.ops.light_conv import engine_triton as dt
+
+    x = torch.randn(2, 40, 8, device=DEV, requires_grad=True)
+    w = torch.randn(2, 5, device=DEV, requires_grad=True)
+    torch.library.opcheck(dt.light_conv_triton, (x, w, 2))
+    torch.library.opcheck(dt.light_conv_triton_backward, (torch.randn_like(x), x.detach(), w.detach(), 2, True, True))
+
+
 def test_dynamic_conv_triton_opcheck():
     from mrconvnext.ops.light_conv import engine_triton as dt
 
@@ -261,9 +284,9 @@ def test_flashfftconv_adapter():
 # ------------------------------------------------------------------------------------------------------ models
 
 
-def _model(name: str) -> torch.nn.Module:
+def _model(name: str, **extra) -> torch.nn.Module:
     torch.manual_seed(0)
-    kw = dict(depths=(1, 1, 1, 1), img_size=SIZE, num_classes=5, ls_init_value=1.0)
+    kw = dict(depths=(1, 1, 1, 1), img_size=SIZE, num_classes=5, ls_init_value=1.0, **extra)
     if name.startswith(('lightconvnext', 'dynconvnext')):
         kw['kernel_sizes'] = (3, 5, 7, 7)
     return timm.create_model(name, **kw)
@@ -312,12 +335,13 @@ def test_reparameterized_equals_branched():
         assert rel_err(model(x), y) < 1e-5
 
 
-@pytest.mark.parametrize('name', FAMILIES)
+@pytest.mark.parametrize('name', [*FAMILIES, 'lightconvnext_atto:triton'])
 def test_compile_fullgraph(name):
-    """torch.compile (inductor, fullgraph): eval and a training step equal eager; TaLK's Triton kernels are
-    triton_ops that inductor traces into."""
+    """torch.compile (inductor, fullgraph): eval and a training step equal eager; TaLK's, DynamicConv's and (engine
+    'triton') LightConv's Triton kernels are triton_ops that inductor traces into."""
     torch._dynamo.reset()
-    model = _model(name).to(DEV)
+    name, _, engine = name.partition(':')
+    model = _model(name, **({'engine': engine} if engine else {})).to(DEV)
     x = torch.randn(2, 3, SIZE, SIZE, device=DEV)
     with torch.no_grad():
         assert rel_err(torch.compile(model.eval(), fullgraph=True)(x), model(x)) < 1e-4

@@ -104,7 +104,7 @@ def test_the_old_backend_keyword_maps_to_method_and_engine(family, backend, expe
 def test_the_report_names_every_operator_and_the_build_state():
     text = engines.report()
     long = ('long_conv1d (L=3136, 3136 taps)', 'long_conv1d (L=196, 196 taps)', 'long_conv1d (L=3136, 7 taps)')
-    for op in (*long, 'branch_conv_bn_sum', 'talk1d', 'talk2d'):
+    for op in (*long, 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d', 'light_conv1d'):
         assert sum(line.startswith(op) for line in text.splitlines()) == 4, op  # cpu / cuda x float32 / bfloat16
     assert f'cache:   {engines.build_root()}' in text and engines.TALK_EXT in text
     lines = text.splitlines()
