@@ -36,6 +36,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from .flops import register_triton_flops
+from .operators import register_conv_autograd
 
 __all__ = [
     'dynamic_conv_triton',
@@ -347,18 +348,5 @@ def light_conv_triton_backward(
     return dx, (part.sum((0, 1)).to(weight.dtype) if need_dweight else part)
 
 
-def _light_setup(ctx, inputs, output):
-    x, weight, zero_lag = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.zero_lag = zero_lag
-
-
-def _light_grad(ctx, grad_y):
-    x, weight = ctx.saved_tensors
-    need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    dx, dw = light_conv_triton_backward(grad_y, x, weight, ctx.zero_lag, need_dx, need_dw)
-    return (dx if need_dx else None), (dw if need_dw else None), None
-
-
-light_conv_triton.register_autograd(_light_grad, setup_context=_light_setup)
+register_conv_autograd(light_conv_triton, light_conv_triton_backward)
 register_triton_flops()

@@ -8,7 +8,24 @@ import torch.nn.functional as F
 
 from .checks import tap_span
 
-__all__ = ['dynamic_conv_op', 'dynamic_conv_backward_op', 'dynamic_conv_decomposition']
+__all__ = ['dynamic_conv_op', 'dynamic_conv_backward_op', 'dynamic_conv_decomposition', 'register_conv_autograd']
+
+
+def register_conv_autograd(op, backward) -> None:
+    """Autograd of an operator ``op(x, w, zero_lag) -> y`` from ``backward(grad_y, x, w, zero_lag, need_x, need_w)
+    -> (grad_x, grad_w)``: only ``x`` and ``w`` are saved; a gradient not needed is not computed."""
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+        ctx.zero_lag = inputs[2]
+
+    def grad(ctx, grad_y):
+        x, w = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_x, grad_w = backward(grad_y, x, w, ctx.zero_lag, need_x, need_w)
+        return (grad_x if need_x else None), (grad_w if need_w else None), None
+
+    op.register_autograd(grad, setup_context=setup)
 
 
 # The tap loop as torch.library operators (opaque to torch.compile / torch.export, with fake implementations and a
@@ -70,19 +87,7 @@ def _(grad_y, x4, w_t, zero_lag, need_x, need_w):
     return new(x4, need_x), new(w_t, need_w)
 
 
-def _dynamic_conv_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.zero_lag = inputs[2]
-
-
-def _dynamic_conv_grad(ctx, grad_y):
-    x4, w_t = ctx.saved_tensors
-    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    grad_x, grad_w = dynamic_conv_backward_op(grad_y, x4, w_t, ctx.zero_lag, need_x, need_w)
-    return (grad_x if need_x else None), (grad_w if need_w else None), None
-
-
-dynamic_conv_op.register_autograd(_dynamic_conv_grad, setup_context=_dynamic_conv_setup)
+register_conv_autograd(dynamic_conv_op, dynamic_conv_backward_op)
 
 
 def dynamic_conv_decomposition(x4: torch.Tensor, w_t: torch.Tensor, zero_lag: int) -> torch.Tensor:

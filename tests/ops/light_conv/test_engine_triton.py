@@ -168,14 +168,12 @@ def test_engine_resolution():
         assert engines.dynamic_conv_engine('cuda', 'auto') == 'triton'
 
 
-@triton_cpu
-@pytest.mark.parametrize('causal', [False, True])
-def test_layer_engines_agree_and_dropconnect_uses_the_drawn_multipliers(causal):
-    """DynamicConv2d: engine='triton' equals engine='torch' (no DropConnect), forward and backward, and keeps a
-    channels-last input's layout; with DropConnect its output is the functional op with the same multipliers."""
+def _layer_engines_agree(cls, causal: bool) -> None:
+    """``cls`` (a 2-D mixer with ``engine``): 'triton' equals 'torch' (with a bias, DropConnect off), forward and
+    backward, and keeps a channels-last input's layout."""
     torch.manual_seed(0)
-    a = DynamicConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='torch', bias=True)
-    b = DynamicConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='triton', bias=True)
+    a = cls(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='torch', bias=True)
+    b = cls(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='triton', bias=True)
     b.load_state_dict(a.state_dict())
     with torch.no_grad():
         a.bias.normal_()
@@ -187,8 +185,16 @@ def test_layer_engines_agree_and_dropconnect_uses_the_drawn_multipliers(causal):
     g = torch.randn_like(ya)
     ga = torch.autograd.grad(ya, [x, *a.parameters()], g)
     gb = torch.autograd.grad(yb, [x, *b.parameters()], g)
-    for u, v in zip(ga, gb):
+    for u, v in zip(ga, gb, strict=True):
         torch.testing.assert_close(v, u, rtol=1e-5, atol=1e-5)
+
+
+@triton_cpu
+@pytest.mark.parametrize('causal', [False, True])
+def test_layer_engines_agree_and_dropconnect_uses_the_drawn_multipliers(causal):
+    """DynamicConv2d: engine='triton' equals engine='torch' (no DropConnect), forward and backward, and keeps a
+    channels-last input's layout; with DropConnect its output is the functional op with the same multipliers."""
+    _layer_engines_agree(DynamicConv2d, causal)
 
     layer = DynamicConv1d(8, 5, 2, engine='triton', weight_dropout=0.4, causal=causal).train()
     x1 = torch.randn(2, 8, 13)
@@ -270,21 +276,7 @@ def test_light_conv_engine_resolution():
 def test_light_conv_layer_engines_agree(causal):
     """LightConv2d: engine='triton' equals engine='torch' (bias, DropConnect off), forward and backward, and keeps a
     channels-last input's layout."""
-    torch.manual_seed(0)
-    a = LightConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='torch', bias=True)
-    b = LightConv2d(16, (5, 7), kernel_size=7, num_heads=4, causal=causal, engine='triton', bias=True)
-    b.load_state_dict(a.state_dict())
-    with torch.no_grad():
-        a.bias.normal_()
-        b.bias.copy_(a.bias)
-    x = torch.randn(2, 16, 5, 7).contiguous(memory_format=torch.channels_last).requires_grad_()
-    ya, yb = a(x), b(x)
-    assert yb.is_contiguous(memory_format=torch.channels_last)
-    torch.testing.assert_close(yb, ya, rtol=1e-5, atol=1e-5)
-    g = torch.randn_like(ya)
-    for u, v in zip(torch.autograd.grad(ya, [x, *a.parameters()], g), torch.autograd.grad(yb, [x, *b.parameters()], g),
-                    strict=True):  # fmt: skip
-        torch.testing.assert_close(v, u, rtol=1e-5, atol=1e-5)
+    _layer_engines_agree(LightConv2d, causal)
 
 
 def test_bad_inputs():
