@@ -91,9 +91,9 @@ def folded_conv_norm_sum(
 ) -> torch.Tensor:
     """The same as :func:`fused_conv_norm_sum` through :func:`~mrconvnext.ops.long_conv.folded_bn_conv`: one
     convolution with the merged kernel (``kernels`` may be shared filters, ``(N, M, K)``), statistics without a
-    stored ``(B, N, C, L)`` tensor; a :func:`synchronized`
-    norm takes them over every process (whose batches are taken to be equal, as a distributed training loader that
-    drops the last partial batch gives, for the running variance's ``M / (M - 1)``)."""
+    stored ``(B, N, C, L)`` tensor; a :func:`synchronized` norm takes them over every process (whose batches are
+    taken to be equal, as a distributed training loader that drops the last partial batch gives, for the running
+    variance's ``M / (M - 1)``)."""
     N, C = alpha.shape
     sync = synchronized(bn)
     y, mean, var = folded_bn_conv(
