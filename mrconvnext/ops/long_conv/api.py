@@ -14,10 +14,13 @@ causal kernel; a bidirectional kernel of reach ``R`` has ``K = 2R - 1`` and ``ze
 cropped before any work is done.
 
 Shared filters: a kernel of ``M`` filters for ``C = G M`` channels, ``(M, K)`` / ``(N, M, K)``, gives channel
-``g M + m`` filter ``m`` (MRConv's reduced-dimension convolutions). The ``G`` groups join the batch, ``(B G, M, L)``,
-so each filter's transform or Toeplitz matrix is made once and applied to ``B G`` sequences: the channels become a
-GEMM dimension of the matmul methods. Every method and engine takes them; the gradient of a shared filter is summed
-over its channels.
+``g M + m`` filter ``m`` (MRConv's reduced-dimension convolutions). On the matmul methods the ``G`` groups join the
+batch, ``(B G, M, L)``, so each filter's Toeplitz matrix (or blocks) is made once and multiplied with ``B G``
+columns: the channels become a GEMM dimension (forward + backward in 0.33-0.43x the time of the expanded filters
+at ConvNeXt-T's stages 3-4 with G = 4, ``scripts/bench_mrconv.py --shared``, CPU, two runs). The FFT and direct
+methods take the filters expanded to the channels: their per-filter work is small, and the groups-as-batch layout
+costs a transpose of the output (it measured 1.03-1.24x slower at stages 1-2). The gradient of a shared filter is
+summed over its channels.
 
 Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.engines.long_conv_choice`)
 ----------------------------------------------------------------------------------------------------------
@@ -65,6 +68,11 @@ def _groups_to_batch(t: torch.Tensor, filters: int) -> torch.Tensor:
         return t.reshape(-1, filters, t.shape[-1])
     B, N, _, L = t.shape
     return t.unflatten(2, (-1, filters)).transpose(1, 2).reshape(-1, N, filters, L)
+
+
+def _per_channel(kernel: torch.Tensor, channels: int) -> torch.Tensor:
+    """Shared filters ``(..., M, K)`` expanded to ``(..., C, K)``: channel ``g M + m`` takes filter ``m``."""
+    return kernel.repeat(*([1] * (kernel.dim() - 2)), channels // kernel.shape[-2], 1)
 
 
 def _batch_to_groups(t: torch.Tensor, batch: int) -> torch.Tensor:
@@ -127,12 +135,16 @@ def long_conv1d(
             stacklevel=2,
         )
     check_long_conv(x, kernel, zero_lag, bias, shared=True)
-    if kernel.shape[-2] != x.shape[1]:
-        y = long_conv1d(_groups_to_batch(x, kernel.shape[-2]), kernel, zero_lag=zero_lag, method=method, engine=engine)
-        y = _batch_to_groups(y, x.shape[0])
-        return y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)
-    L = x.shape[-1]
     chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
+    if kernel.shape[-2] != x.shape[1]:  # shared filters (module docstring)
+        if chosen not in engines.MATMUL_METHODS:
+            kernel = _per_channel(kernel, x.shape[1])
+        else:
+            y = long_conv1d(_groups_to_batch(x, kernel.shape[-2]), kernel, zero_lag=zero_lag, method=chosen,
+                            engine=engine)  # fmt: skip
+            y = _batch_to_groups(y, x.shape[0])
+            return y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)
+    L = x.shape[-1]
     out_dtype = x.dtype
     if chosen in engines.MATMUL_METHODS:
         # plain products: autocast (if on) runs them in its dtype and the result stays in it
@@ -184,14 +196,18 @@ def long_conv1d_vjp(
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
     backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel`` (shared filters'
     gradients summed over their channels)."""
-    if kernel.shape[-2] != x.shape[1]:
+    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
+    if kernel.shape[-2] != x.shape[1]:  # shared filters, as long_conv1d takes them
         M = kernel.shape[-2]
+        if chosen not in engines.MATMUL_METHODS:
+            grad_x, grad_k = long_conv1d_vjp(grad_y, x, _per_channel(kernel, x.shape[1]), zero_lag, method=chosen,
+                                             engine=engine)  # fmt: skip
+            return grad_x, grad_k.unflatten(-2, (-1, M)).sum(-3)
         grad_x, grad_k = long_conv1d_vjp(
-            _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag, method=method, engine=engine
+            _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag, method=chosen, engine=engine
         )
         return _batch_to_groups(grad_x, x.shape[0]), grad_k
     L = x.shape[-1]
-    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
     stacked = kernel.dim() == 3
     k = kernel if stacked else kernel.unsqueeze(0)
     g = grad_y if stacked else grad_y.unsqueeze(1)

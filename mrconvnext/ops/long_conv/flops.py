@@ -117,6 +117,12 @@ def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engi
     return engines.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine)[0]
 
 
+def _branch_batch(method: str, B: int, C: int, M: int) -> tuple[int, int]:
+    """``(batch, channels)`` the branch convolutions of ``M`` shared filters over ``C`` channels run as: the groups as
+    batch items on the matmul methods, the filters expanded to the channels otherwise (:mod:`.api`)."""
+    return (B * (C // M), M) if method in engines.MATMUL_METHODS else (B, C)
+
+
 def conv_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int) -> float:
     """Flops of ``long_conv1d`` of ``(B, C, L)`` with ``N`` kernels of ``taps`` on ``method``: the FFT's transforms and
     products, the direct method's multiply-adds, the Toeplitz GEMM (``L x L`` per channel) or the row DFT's three
@@ -142,12 +148,13 @@ def conv_vjp_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv, get_raw=True)
 def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method, engine, *args, **kwargs) -> int:
-    """``folded_bn_conv(x (B, C, L), kernels (N, M, K), ...)``: the branch convolutions with the ``M`` filters (shared
-    filters run the ``C / M`` groups as batch items), the merged ``(C, K)`` one and the elementwise terms."""
+    """``folded_bn_conv(x (B, C, L), kernels (N, M, K), ...)``: the branch convolutions, the merged ``(C, K)`` one and
+    the elementwise terms."""
     B, C, L = x.shape
     N, M, K = kernels.shape
     m = _method(x, L, K, zero_lag, method, engine)
-    branches = conv_flops(m, B * (C // M), N, M, L, K, zero_lag)
+    Bg, Cg = _branch_batch(m, B, C, M)
+    branches = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
     return round(branches + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
 
 
@@ -158,6 +165,6 @@ def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> i
     B, C, L = x.shape
     N, M, K = kernels.shape
     m = _method(x, L, K, zero_lag, method, engine)
-    Bg = B * (C // M)  # shared filters: the groups are batch items
-    conv = conv_flops(m, Bg, N, M, L, K, zero_lag)
-    return round(2 * conv + conv_vjp_flops(m, Bg, N, M, L, K, zero_lag) + 8 * B * N * C * L)
+    Bg, Cg = _branch_batch(m, B, C, M)
+    conv = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
+    return round(2 * conv + conv_vjp_flops(m, Bg, N, Cg, L, K, zero_lag) + 8 * B * N * C * L)

@@ -82,16 +82,20 @@ def test_folded_bn_conv_counts_its_convolutions_by_method():
     assert bwd == {'mrconvnext.folded_bn_conv_backward': 2 * 2 * per_branch + 2 * 2 * per_branch + 8 * 2 * 2 * 3 * 10}
 
 
-def test_folded_bn_conv_counts_shared_filters_once():
-    # x (B=2, C=4, L=10), N=2 branches of M=2 shared filters (7 taps centred at lag 3, FFT size 14, 8 bins): the
-    # branch convolutions transform the 8 input rows, the 4 filters (not 8 per-channel kernels) and the 16 outputs,
-    # with 16 products; the merged (C, K) kernel's convolution 8 + 4 + 8 transforms and 8 products; 4 flops per
-    # branch output.
+def test_folded_bn_conv_counts_shared_filters_as_they_run():
+    # x (B=2, C=4, L=10), N=2 branches of M=2 shared filters (7 taps centred at lag 3, FFT size 14, 8 bins). On the
+    # FFT method the filters run expanded to the channels: the branch convolutions transform the 8 input rows, 8
+    # kernels and the 16 outputs, with 16 products; the merged (C, K) kernel's convolution 8 + 4 + 8 transforms and 8
+    # products; 4 flops per branch output. On the Toeplitz method the groups are batch items: N M = 4 matrices of
+    # 10 x 10 times B G = 4 columns, the same multiply-adds as N C matrices times B columns.
     from mrconvnext.ops.long_conv import folded_bn_conv
 
     x = torch.randn(2, 4, 10)
     k = torch.randn(2, 2, 7)
     w, b, a = (torch.randn(2, 4) for _ in range(3))
     fwd = counted(lambda: folded_bn_conv(x, k, 3, w, b, a, method='fft'))
-    expected = (8 + 4 + 16) * rfft(14) + 6 * 8 * 16 + (8 + 4 + 8) * rfft(14) + 6 * 8 * 8 + 4 * 2 * 2 * 4 * 10
+    expected = (8 + 8 + 16) * rfft(14) + 6 * 8 * 16 + (8 + 4 + 8) * rfft(14) + 6 * 8 * 8 + 4 * 2 * 2 * 4 * 10
     assert fwd == {'mrconvnext.folded_bn_conv': round(expected)}
+    fwd = counted(lambda: folded_bn_conv(x, k, 3, w, b, a, method='toeplitz'))
+    per_branch = 2 * 2 * 10 * 10 * 4
+    assert fwd == {'mrconvnext.folded_bn_conv': 2 * per_branch + per_branch + 4 * 2 * 2 * 4 * 10}
