@@ -57,7 +57,11 @@ def block_sizes(heads: int, head_dim: int, taps: int) -> dict[str, int]:
     per program (powers of two)."""
     block_r = triton.next_power_of_2(head_dim)
     block_h = min(triton.next_power_of_2(heads), max(1, _CHANNELS // block_r))
-    return dict(BLOCK_L=_BLOCK_L, BLOCK_H=block_h, BLOCK_R=block_r, BLOCK_K=triton.next_power_of_2(taps))
+    block_k = triton.next_power_of_2(taps)
+    # The softmax's logit tile is (BLOCK_L, BLOCK_H, BLOCK_K): at 32 x 4 x 32, ptxas of Triton 3.8 parks a value in
+    # local memory (96 registers, 8 B of stack); half the positions keep it in registers on Triton 3.6 and 3.8.
+    block_l = _BLOCK_L if block_k <= 16 else _BLOCK_L // 2
+    return dict(BLOCK_L=block_l, BLOCK_H=block_h, BLOCK_R=block_r, BLOCK_K=block_k)
 
 
 @triton.jit

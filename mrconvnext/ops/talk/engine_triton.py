@@ -76,6 +76,9 @@ __all__ = [
 _BLOCK_M, _BLOCK_SCAN = 8, 128  # scan: rows per program, positions per step
 _CL_BLOCK_M, _CL_BLOCK_SCAN = 32, 32  # the same on channels-last maps: rows are channels, 32 of them one vector
 _CL_BLOCK_L, _CL_CHANNELS = 32, 64  # channels-last gathers: positions per program, channels per program
+# The 1-D channels-last backward's positions per program: at 32, ptxas of Triton 3.8 parks a value in local memory
+# (128 registers, 8 B of stack); at 16 it keeps everything in registers on Triton 3.6 and 3.8 (the Hopper test).
+_CL_BWD_BLOCK_L = 16
 _PLANE_BLOCK_T = 16  # plane kernels: outputs per step
 
 # 1-D rows and 2-D maps of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one
@@ -720,7 +723,7 @@ def _talk1d_plane_backward(grad_y, x, offsets, max_left, max_right, need_dx, nee
     wrap_triton(talk1d_plane_bwd_jit)[(B * heads,)](
         g, x, off, dx if need_dx else x, doff if need_doff else off, L, C // heads, heads, *g.stride(), *x.stride(),
         *dxs, *off.stride(), max_left, max_right, *_norm(max_left, max_right), NEED_DX=need_dx, NEED_DOFF=need_doff,
-        **_plane_blocks(C // heads),
+        **_plane_blocks(C // heads, block_j=32),  # 32 inputs per product: at 64, Triton 3.6's sm_90 build spilled
     )  # fmt: skip
     return dx, doff.to(offsets.dtype)
 
@@ -749,7 +752,7 @@ def _talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_d
     dx = torch.empty_like(x) if need_dx else x.new_empty(0)
     doff = torch.empty((B, heads, L, 2), dtype=off.dtype, device=x.device) if need_doff else off.new_empty(0)
     dP = torch.zeros((B, L + 1, C), dtype=off.dtype, device=x.device) if need_dx else off
-    blocks = _cl_blocks(heads, C // heads)
+    blocks = _cl_blocks(heads, C // heads, _CL_BWD_BLOCK_L)
     xt, gt = x.transpose(1, 2), grad_y.to(x.dtype).transpose(1, 2)
     wrap_triton(talk1d_bwd_cl_jit)[_cl_grid(B, heads, L, blocks)](
         gt, xt, off, dP, doff if need_doff else off, C, L, C // heads, heads, *gt.stride(), xt.stride(0),
@@ -973,10 +976,11 @@ def talk2d_bwd_cl_jit(
 
 
 def _block_2d(acc: torch.dtype, backward: bool) -> int:
-    """Positions per 2-D program: 128, but 64 (forward) and 32 (backward) in float64, whose registers spilled at 128
-    on sm_90 (tests/ops/talk/test_engine_triton.py reads the cubins)."""
+    """Positions per 2-D program: 128 forward and 64 backward in float32; 64 and 32 in float64. The registers spilled
+    on sm_90 at 128 in float64, and in the float32 backward under Triton 3.6 (tests/ops/talk/test_engine_triton.py
+    reads the cubins)."""
     if acc != torch.float64:
-        return _BLOCK_L
+        return _BLOCK_L // 2 if backward else _BLOCK_L
     return 32 if backward else 64
 
 
