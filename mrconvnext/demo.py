@@ -43,12 +43,13 @@ _BASELINES = {
 
 
 def digits_recipe(data_dir: str | Path, output: str | Path, experiment: str, model: str, img_size: int, epochs: int):
-    """``mrconvnext-train`` flags of the digits run: every ImageNet default it changes is explicit."""
+    """``mrconvnext-train`` flags of the digits run: every ImageNet default it changes is explicit; one numbered
+    checkpoint is kept besides ``last`` and ``model_best`` (not one per epoch)."""
     return [
         '--data-dir', str(data_dir), '--model', model, '--img-size', str(img_size), '--crop-pct', '1.0',
         '-b', '32', '--lr', '2e-3', '--kernel-lr', '1e-3', '--epochs', str(epochs), '--warmup-epochs', '1',
         '--mixup', '0', '--cutmix', '0', '--aa', 'none', '--reprob', '0', '--hflip', '0', '--color-jitter', '0',
-        '--scale', '0.7', '1.0', '--no-model-ema', '-j', '0',
+        '--scale', '0.7', '1.0', '--no-model-ema', '-j', '0', '--checkpoint-hist', '1',
         '--output', str(output), '--experiment', experiment,
     ]  # fmt: skip
 

@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -9,6 +11,23 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
+# Inductor's and Triton's caches of this run go to a folder of its own (per xdist worker), removed when the session
+# ends: a run neither reads another run's compiled code nor leaves hundreds of MB behind. Set before torch._inductor
+# or triton reads them; subprocesses of the tests inherit them.
+_CACHE = tempfile.mkdtemp(prefix=f'mrconvnext-tests-{os.environ.get("PYTEST_XDIST_WORKER", "main")}-')
+os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', os.path.join(_CACHE, 'inductor'))
+os.environ.setdefault('TRITON_CACHE_DIR', os.path.join(_CACHE, 'triton'))
+
+# xdist workers share the cores: each takes its share of torch's threads instead of all of them (oversubscribed
+# threads made a two-worker run slower than one worker).
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_CACHE, ignore_errors=True)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_seed(request):
@@ -17,3 +36,14 @@ def _fresh_seed(request):
 
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """``-m triton`` selects the Triton kernels' tests: the engine_triton test files and every test parametrized
+    with the 'triton' engine (the interpreter without a GPU)."""
+    for item in items:
+        params = getattr(getattr(item, 'callspec', None), 'params', {})
+        if item.path.name == 'test_engine_triton.py' or any(
+            isinstance(v, str) and v == 'triton' for v in params.values()
+        ):
+            item.add_marker(pytest.mark.triton)

@@ -19,6 +19,8 @@ The rebuilt mixers are new modules: load before building an optimizer, as usual.
 """
 
 import contextlib
+import inspect
+import operator
 import os
 from collections.abc import Mapping
 
@@ -57,12 +59,16 @@ CONVNEXT_ARCHS = {
 
 
 def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    size = tuple(int(s) for s in size)
-    if len(size) != 2:
-        raise ValueError(f'img_size must be an int or (H, W), got {size}')
-    return size
+    """``img_size`` as ``(H, W)``: an integer, or a pair of them (a string, float or bool is a ``TypeError``)."""
+
+    def integer(v) -> int | None:
+        return None if isinstance(v, bool) or not hasattr(v, '__index__') else operator.index(v)
+
+    if integer(size) is not None:
+        return integer(size), integer(size)
+    if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 and None not in map(integer, size):
+        return integer(size[0]), integer(size[1])
+    raise TypeError(f'img_size must be an int or a pair of ints (H, W), got {size!r} ({type(size).__name__})')
 
 
 def stage_feature_sizes(img_size: tuple[int, int], reductions: list[int]) -> list[tuple[int, int]]:
@@ -110,6 +116,7 @@ class MixerConvNeXt(ConvNeXt):
         dtype: torch.dtype | None = None,
         **kwargs,
     ) -> None:
+        _check_kwargs(type(self), kwargs)
         super().__init__(device=device, dtype=dtype, **kwargs)
         self.img_size = _pair(img_size)
         self.deploy = deploy
@@ -222,21 +229,56 @@ class MixerConvNeXt(ConvNeXt):
 
     # --- timm's forward paths with input validation
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_image_input(x, self.in_chans, self.stride, self.class_name)
+        x = check_image_input(x, self.in_chans, self.stride, self.class_name, self.stem[0].weight)
         x = self.stem(x)
         x = self.stages(x)
         return self.norm_pre(x)
 
     def forward_intermediates(self, x: torch.Tensor, *args, **kwargs):
-        x = check_image_input(x, self.in_chans, self.stride, self.class_name)
+        x = check_image_input(x, self.in_chans, self.stride, self.class_name, self.stem[0].weight)
         return super().forward_intermediates(x, *args, **kwargs)
+
+
+def _own_arguments(cls: type) -> set[str]:
+    """The named ``__init__`` arguments of ``cls`` and its bases up to timm's ``ConvNeXt``."""
+    names = set()
+    for c in cls.__mro__:
+        if '__init__' in vars(c):
+            names |= {
+                p.name
+                for p in inspect.signature(c.__init__).parameters.values()
+                if p.kind == p.KEYWORD_ONLY or p.kind == p.POSITIONAL_OR_KEYWORD
+            }
+        if c is ConvNeXt:
+            break
+    return names - {'self'}
+
+
+def _check_kwargs(cls: type, kwargs: dict) -> None:
+    """A ``TypeError`` naming the family for arguments that neither ``cls`` nor timm's ``ConvNeXt`` takes (timm's own
+    message names ``ConvNeXt.__init__``), and the families that do take them."""
+    unknown = sorted(set(kwargs) - _own_arguments(cls))
+    if not unknown:
+        return
+    families, todo = [], list(MixerConvNeXt.__subclasses__())
+    while todo:
+        c = todo.pop(0)
+        todo += c.__subclasses__()
+        if c is not cls and set(unknown) & _own_arguments(c) - _own_arguments(MixerConvNeXt):
+            families.append(c.__name__)
+    elsewhere = f'; {", ".join(families)} take{"s" if len(families) == 1 else ""} them' if families else ''
+    raise TypeError(
+        f'{cls.__name__} got unexpected keyword argument(s) {unknown}{elsewhere}. {cls.__name__} takes '
+        f"{sorted(_own_arguments(cls) - _own_arguments(ConvNeXt))} and timm ConvNeXt's arguments"
+    )
 
 
 @register_notrace_function  # an FX call node (not traced into): traced models keep the check
 @torch.jit.ignore  # TorchScript calls it in Python
-def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str) -> torch.Tensor:
-    """``x`` if it is a floating-point ``(B, in_chans, H, W)`` image batch with ``H, W >= stride``, else a
-    ``TypeError`` / ``ValueError`` naming what was expected and what arrived.
+def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str, weight: torch.Tensor) -> torch.Tensor:
+    """``x`` if it is a floating-point ``(B, in_chans, H, W)`` image batch with ``H, W >= stride`` in the dtype of
+    the first layer's ``weight`` (any floating dtype under autocast), else a ``TypeError`` / ``ValueError`` naming
+    what was expected and what arrived.
 
     Under ``torch.compile`` / ``torch.export`` the size condition becomes a runtime assert (a Python raise would
     break the graph); dtype, rank and channels are static there and checked at trace time.
@@ -247,6 +289,11 @@ def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str) ->
         raise TypeError(
             f'{name} expects a floating-point image tensor, got dtype {x.dtype} '
             '(convert integer images with x.float() and normalize them first)'
+        )
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f'{name} has {weight.dtype} parameters, got a {x.dtype} input: convert the input with '
+            f'x.to({weight.dtype}), the model with model.to({x.dtype}), or run it under torch.autocast'
         )
     if x.dim() != 4:
         raise ValueError(f'{name} expects images of shape (B, C, H, W), got {tuple(x.shape)}')

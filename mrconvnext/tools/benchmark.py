@@ -272,6 +272,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     entries: list[_Entry] = []
     for spec in specs:
         _, variant = common.parse_model_spec(spec)
+        _logger.info(f'building, counting and warming up {spec} ...')
         model = _build(spec, args, device)
         macs = count_macs(model, args.img_size)
         params = macs.params_m
@@ -289,6 +290,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         _logger.info(f'built and warmed up {spec} ({params:.2f}M parameters)')
 
     for r in range(args.num_bench_iter):  # interleaved rounds, rotating order
+        _logger.info(f'timing round {r + 1}/{args.num_bench_iter} ({len(entries)} models)')
         shift = r % len(entries)
         for e in entries[shift:] + entries[:shift]:
             if e.infer_step:
@@ -308,6 +310,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
             row[f'{kind}_img_s'] = args.batch_size / statistics.median(times) if times else None
             row[f'{kind}_spread_pct'] = _spread_pct(times) if times else None
         if not args.no_memory:
+            _logger.info(f'peak memory of {e.spec} (in a fresh process) ...')
             row.update(_measure_memory(e.spec, args))
         rows.append(row)
     base = rows[0]

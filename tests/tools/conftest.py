@@ -33,7 +33,7 @@ def trained_run(digits_dir, tmp_path_factory) -> dict:
 
     out = tmp_path_factory.mktemp('runs')
     argv = digits_recipe(digits_dir, out, 'digits', 'mrconvnext_atto', IMG_SIZE, EPOCHS)
-    argv += ['--seed', '42', '--no-progress']
+    argv += ['--seed', '42', '--no-progress', '--checkpoint-hist', str(EPOCHS)]  # every epoch: a test resumes from one
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -59,3 +59,14 @@ def validated(trained_run, digits_dir, tmp_path_factory) -> dict:
         results[tag] = validate.run(argv + extra + ['--results-file', str(out / f'{tag}.json')])
         results[tag + '_file'] = out / f'{tag}.json'
     return results
+
+
+_RUN_FIXTURES = {'digits_dir', 'trained_run', 'validated'}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist (``--dist loadgroup``) every test of the one digits training run goes to the same worker, so the
+    session fixtures above train once per run, not once per worker."""
+    for item in items:
+        if _RUN_FIXTURES & set(getattr(item, 'fixturenames', ())):
+            item.add_marker(pytest.mark.xdist_group('digits_run'))

@@ -114,7 +114,9 @@ def test_gradcheck_float64():
         def fn(a, b, causal=causal):
             return dynamic_softmax_conv1d(a, b, causal=causal, dropconnect=mult, engine='triton')
 
-        assert torch.autograd.gradcheck(fn, (x, logits))
+        # fast mode (a random projection of both Jacobians, finite differences against the registered backward):
+        # under the interpreter the per-element mode took 90 s for the same check
+        assert torch.autograd.gradcheck(fn, (x, logits), fast_mode=True)
 
 
 @triton_cpu

@@ -170,11 +170,11 @@ def test_1d_matches_reference(impl, dtype, case, layout):
 
 @pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
-@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1), (20, 17), (3, 260)])
+@pytest.mark.parametrize('size', [(6, 7), (1, 5), (9, 1), (20, 17), (2, 260)])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
 def test_2d_matches_reference(impl, dtype, size, layout):
     """Triton: maps of up to 256 positions run the one-launch plane kernels in float32; larger ones (and float64) the
-    integral image, channels-last in one pass for rows of up to 256 positions (20 x 17), two passes beyond (3 x 260)."""
+    integral image, channels-last in one pass for rows of up to 256 positions (20 x 17), two passes beyond (2 x 260)."""
     B, C, H = 2, 4, 2
     Hh, Ww = size
     maxes = (3, 2, 1, 4)
@@ -318,7 +318,7 @@ def test_half_precision_long_sequence(impl, dtype):
 def test_2d_half_precision_channels_last(impl, dtype):
     """fp16 / bf16 maps (channels-last and contiguous): integral image and positions in float32, so y, dx and doffsets
     are the float64 results rounded once (bf16 under the interpreter: truncation, twice the bound)."""
-    B, C, H, Hh, Ww, maxes = 2, 8, 2, 14, 15, (7, 7, 7, 7)
+    B, C, H, Hh, Ww, maxes = 2, 8, 2, 10, 11, (7, 7, 7, 7)  # 110 positions: crosses the plane kernels' blocks
     x = (torch.randn(B, C, Hh, Ww) + 1.0).to(dtype)
     off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes), torch.float32)
     gy = torch.randn(B, C, Hh, Ww).to(dtype)
