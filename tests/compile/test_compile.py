@@ -40,9 +40,8 @@ def test_mrconvnext_eval_fullgraph(deployed):
     model = timm.create_model('mrconvnext_atto', num_classes=5, ls_init_value=1.0, depths=(1, 1, 1, 1)).eval()
     if deployed:
         model.reparameterize()
-    x = torch.randn(2, 3, 64, 64)
-    explain = torch._dynamo.explain(model)(x)
-    assert explain.graph_break_count == 0, explain.break_reasons
+    # fullgraph=True raises at the first call on any graph break (a separate torch._dynamo.explain trace doubled the
+    # capture time for the same check)
     compiled = torch.compile(model, fullgraph=True, dynamic=False)
     with torch.no_grad():
         # a new batch and input size (one recompile) for the deployed form; the branched form (slow to compile:

@@ -62,9 +62,7 @@ def _step(model, x):
 def test_compile_fullgraph_eval_and_training_step(name):
     model = _model(name)
     x = torch.randn(2, 3, SIZE, SIZE)
-    explain = torch._dynamo.explain(model)(x)
-    assert explain.graph_break_count == 0, explain.break_reasons
-    with torch.no_grad():
+    with torch.no_grad():  # fullgraph=True: any graph break raises
         _close(torch.compile(model, fullgraph=True)(x), model(x))
     torch._dynamo.reset()
     model.train()

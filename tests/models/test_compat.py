@@ -17,6 +17,19 @@ RECORD = json.loads((FIXTURE / 'models.json').read_text())['models']
 OUTPUTS = load_file(FIXTURE / 'outputs.safetensors')
 
 
+# The fixture's logits were computed with 2 CPU threads, and float32 reductions split their sums by thread: bitwise
+# equality needs the same split (1 thread differs by ~3e-8), whatever share of the cores a test worker has.
+FIXTURE_THREADS = 2
+
+
+@pytest.fixture(autouse=True)
+def _fixture_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(FIXTURE_THREADS)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _close(y: torch.Tensor, ref: torch.Tensor) -> None:
     """Bitwise: the same arithmetic as then (a change of algorithm that only moves float32 rounding would justify
     a tolerance of 1e-6 of the logit scale, stated here)."""

@@ -12,7 +12,7 @@ from mrconvnext.tools import export, validate
 from mrconvnext.tools.common import model_from_source
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')  # once per run (module scope re-exported when xdist interleaved the modules)
 def exported(trained_run, tmp_path_factory):
     out = tmp_path_factory.mktemp('export') / 'hub'
     argv = ['--checkpoint', trained_run['checkpoint'], '--output', str(out)]
