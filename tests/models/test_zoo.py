@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,39 @@ def test_bad_inputs(name):
     with pytest.raises(ValueError, match='no pretrained ImageNet weights exist'):
         timm.create_model(name, pretrained=True)
     assert timm.create_model(name, in_chans=1, num_classes=3)(torch.randn(1, 1, 64, 64)).shape == (1, 3)
+    # another floating dtype than the parameters': named (torch said only "Input type (double) and bias type ...")
+    for dtype in (torch.float64, torch.float16):
+        with pytest.raises(TypeError, match=rf'torch.float32 parameters, got a {dtype} input: .*torch.autocast'):
+            model(torch.randn(1, 3, 64, 64, dtype=dtype))
+    with torch.autocast('cpu', dtype=torch.bfloat16):  # under autocast any floating dtype goes in
+        assert model(torch.randn(1, 3, 64, 64, dtype=torch.bfloat16)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize('size', ['224', 224.0, True, (224,), (224, '224')])  # (None: timm drops it)
+def test_img_size_is_an_int_or_a_pair_of_ints(size):
+    with pytest.raises(
+        TypeError, match=r'img_size must be an int or a pair of ints \(H, W\), got ' + re.escape(repr(size))
+    ):
+        timm.create_model('mrconvnext_atto', img_size=size)
+    for ok in (64, (64, 96), [64, 96], torch.Size([64, 96]), (torch.tensor(64), 96)):
+        assert timm.create_model('mrconvnext_atto', img_size=ok).img_size in ((64, 64), (64, 96))
+
+
+def test_another_familys_kwargs_name_the_family_that_takes_them():
+    """timm's own message named ConvNeXt.__init__; now the model class, the families that take the argument and
+    what this one takes."""
+    with pytest.raises(
+        TypeError,
+        match=r"TaLKConvNeXt got unexpected keyword argument\(s\) \['kernel_type'\]; "
+        r"MRConvNeXt takes them\. TaLKConvNeXt takes \[.*'channels_per_head'",
+    ):
+        timm.create_model('talkconvnext_atto', kernel_type='fourier')
+    with pytest.raises(
+        TypeError, match=r"LightConvNeXt got unexpected keyword argument\(s\) \['combine'\]; MRConvNeXt"
+    ):
+        timm.create_model('lightconvnext_atto', combine='bn')
+    with pytest.raises(TypeError, match=r"MRConvNeXt got unexpected keyword argument\(s\) \['nonsense'\]\. MRConvNeXt"):
+        timm.create_model('mrconvnext_atto', nonsense=1)
 
 
 def test_timm_optimizer_excludes_mrconv_kernels_from_weight_decay():
