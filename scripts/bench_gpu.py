@@ -6,6 +6,9 @@ table, ratios to ``convnext_tiny`` within each run, to ``results/gpu_<gpu>.{md,c
 torch, CUDA and Triton versions.
 
     python scripts/bench_gpu.py [--batch-size 128] [--modes eager compiled] [--out results]
+
+``--device cpu`` (with ``--img-size`` and ``--compile-backend``) runs the same plumbing on the CPU: the GPU check's
+dry run (``scripts/gpu_check.sh --dry-run``).
 """
 
 import argparse
@@ -63,7 +66,7 @@ def environment() -> dict[str, str]:
     except ImportError:
         triton_version = 'not installed'
     return {
-        'gpu': torch.cuda.get_device_name(),
+        'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu',
         'driver': driver or 'unknown',
         'torch': torch.__version__,
         'cuda': str(torch.version.cuda),
@@ -77,19 +80,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--modes', nargs='+', choices=('eager', 'compiled'), default=['eager', 'compiled'])
     p.add_argument('--models', nargs='+', default=MODELS, help='first = baseline')
     p.add_argument('--num-bench-iter', type=int, default=20)
+    p.add_argument('--img-size', type=int, default=224)
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--compile-backend', default='inductor', help='torch.compile backend of the compiled mode')
     p.add_argument('--out', default='results')
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit('bench_gpu: no CUDA device visible')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        sys.exit('bench_gpu: no CUDA device visible (--device cpu runs the same plumbing on the CPU)')
     env = environment()
-    common = ['--models', *args.models, '-b', str(args.batch_size), '--img-size', '224', '--amp', '--amp-dtype']
-    common += ['bfloat16', '--channels-last', '--device', 'cuda', '--num-bench-iter', str(args.num_bench_iter)]
+    common = ['--models', *args.models, '-b', str(args.batch_size), '--img-size', str(args.img_size), '--amp']
+    common += ['--amp-dtype', 'bfloat16', '--channels-last', '--device', args.device]
+    common += ['--num-bench-iter', str(args.num_bench_iter)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tag = re.sub(r'[^A-Za-z0-9]+', '_', env['gpu']).strip('_').lower()
     rows: list[dict] = []
     for mode in args.modes:
-        extra = ['--torchcompile', 'inductor', '--no-memory'] if mode == 'compiled' else []
+        extra = ['--torchcompile', args.compile_backend, '--no-memory'] if mode == 'compiled' else []
         results = out / f'gpu_{tag}_{mode}_raw.csv'
         for row in benchmark.run([*common, *extra, '--results-file', str(results)]):
             row['mode'] = mode
@@ -101,8 +108,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     lines = [
         f'# GPU benchmark: {head}',
         '',
-        f'batch {args.batch_size}, 224², bf16 autocast, channels-last; median of {args.num_bench_iter} interleaved '
-        'rounds (CUDA events); ratios to convnext_tiny of the same mode; peak memory (max allocated) measured eager.',
+        f'batch {args.batch_size}, {args.img_size}², bf16 autocast, channels-last; median of {args.num_bench_iter} interleaved '
+        f'rounds ({"CUDA events" if args.device == "cuda" else "wall clock"}); ratios to {args.models[0]} of the same '
+        'mode; peak memory measured eager (max allocated on CUDA).',
         '',
         '| ' + ' | '.join(COLUMNS) + ' |',
         '|' + ' --- |' * len(COLUMNS),

@@ -5,7 +5,8 @@
 #   bash scripts/check_versions.sh [oldest|newest|both] [--keep] [--log DIR]
 #
 # oldest: the lower bounds pyproject.toml declares (torch 2.11.0, which brings Triton 3.6.0 as on the GPU machine;
-#         timm 1.0.20; the torchvision pip pairs with that torch).
+#         timm 1.0.31 (1.0.20-1.0.30 fail: ConvNeXt without device/dtype or in_chans, save_for_hf configs); the
+#         torchvision pip pairs with that torch).
 # newest: what a fresh `pip install '.[test]'` resolves (on the CI machine: torch 2.14.1 and Triton 3.8.0).
 # Each environment lives in a temporary folder removed at exit (--keep keeps it and prints where); the native CPU
 # kernels build cold in it. Output goes to DIR/check_versions_<env>.txt (default results/) and a summary line per

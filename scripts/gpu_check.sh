@@ -1,56 +1,125 @@
 #!/usr/bin/env bash
-# The GPU check, one command for a person with a CUDA GPU:
-#   1. the CUDA test suite (pytest -m cuda): every op, layer and model family on the GPU against float64 references;
-#   2. the TaLK operator benchmark by implementation (scripts/bench_talk_gpu.py), and DynamicConv per stage beside the
-#      7x7 depthwise conv (scripts/bench_dynconv_gpu.py);
-#   3. the long convolution per ConvNeXt-T stage: 7x7 conv vs torch.fft vs the matmul engine
-#      (scripts/bench_longconv_gpu.py);
-#   4. the model benchmark, eager and torch.compile (scripts/bench_gpu.py).
-# Results go to results/ (gpu_pytest.txt, gpu_talk_ops.{md,csv}, gpu_dynconv_ops.{md,csv}, longconv_gpu.csv, gpu_<gpu>.{md,csv}). It installs nothing: install the
-# project with its test extra first (pip install -e '.[test]'). Without a visible GPU it stops before step 1.
+# The GPU check as one budgeted run: the most decisive numbers first, each step capped by the time left, a failing
+# step logged and the run going on, every step's output written to the results folder as it goes.
 #
-#   bash scripts/gpu_check.sh [all|tests|talk|dynconv|longconv|models|models-eager|models-compiled]
-set -euo pipefail
+#   bash scripts/gpu_check.sh [--budget SECONDS] [--out DIR] [--models M1,M2,...] [--dry-run]
+#
+# Steps (NN_name.txt in --out, one line per step in steps.tsv: name, exit status, seconds; summary.md at the end):
+#   01 versions: GPU, driver, torch, CUDA, Triton, timm; `python -m mrconvnext.engines`
+#   02 smoke: per model, in its own process: eval, one training step and peak memory at batch 128 (bf16 autocast,
+#      channels-last, 224 px); smoke/<model>.csv
+#   03 eager table: the models whose smoke passed, interleaved rounds in one process (scripts/bench_gpu.py)
+#   04 the 7x7 budget: convnext_tiny's depthwise conv forward / dgrad / wgrad and a profile (bench_dwconv_gpu.py)
+#   05 the CUDA suite without the compile tests (pytest -m cuda)
+#   06 the operator benchmarks (TaLK, DynamicConv, the long convolution)
+#   07 the compiled table, one model per process, deployed mrconvnext_t and convnext_tiny first
+# It runs from a checkout (PYTHONPATH) on a machine that has torch, Triton and timm, and installs nothing.
+# --dry-run: the same steps on the CPU at tiny sizes (atto models, batch 2, 64 px, Triton's interpreter, the
+# benchmarks' byte accounting instead of GPU timing, torch.compile's eager backend), to prove the plumbing before a
+# GPU is spent; tests/tools/test_gpu_check.py runs it.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python}
-STEP=${1:-all}
-mkdir -p results
+budget=540
+out=results/gpu_check
+dry=0
+models=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget) budget=$2; shift ;;
+    --out) out=$2; shift ;;
+    --models) models=$2; shift ;;
+    --dry-run) dry=1 ;;
+    *) echo "gpu_check: unknown argument $1 (expected --budget S, --out DIR, --models M1,M2, --dry-run)" >&2; exit 2 ;;
+  esac
+  shift
+done
+start=$(date +%s)
+mkdir -p "$out"
+: > "$out/steps.tsv"
 
-"$PY" - <<'PYEOF'
-import sys
+if [ "$dry" = 1 ]; then
+  export TRITON_INTERPRET=1
+  default_models=convnext_atto,mrconvnext_atto:reparam,mrconvnext_atto,talkconvnext_atto,talkconvnext2d_atto,lightconvnext_atto,dynconvnext_atto
+  size=(--device cpu -b 2 --img-size 64)
+  bench=(--device cpu --batch-size 2 --img-size 64 --num-bench-iter 1)
+  dwconv=(--device cpu --batch 2 --img-size 64 --repeats 1)
+  ops=(--accounting)
+  backend=eager
+else
+  default_models=convnext_tiny,mrconvnext_t:reparam,mrconvnext_t,talkconvnext_t,talkconvnext2d_t,lightconvnext_t,dynconvnext_t
+  size=(--device cuda -b 128 --img-size 224)
+  bench=(--device cuda --batch-size 128 --img-size 224 --num-bench-iter 10)
+  dwconv=(--device cuda --batch 128 --img-size 224)
+  ops=()
+  backend=inductor
+fi
+IFS=, read -r -a model_list <<< "${models:-$default_models}"
 
-try:
-    import torch
-    import mrconvnext  # noqa: F401
-except ImportError as exc:
-    sys.exit(f'gpu_check: {exc}. Install the project first: pip install -e ".[test]"')
-if not torch.cuda.is_available():
-    sys.exit(
-        f'gpu_check: no CUDA GPU is visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}, '
-        'torch.cuda.is_available() is False). Nothing was run: the CUDA suite and the GPU benchmarks need a GPU.'
-    )
-try:
-    import triton
-except ImportError:
-    sys.exit('gpu_check: Triton is not importable; it ships with the CUDA wheels of torch on Linux')
-print(f'gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, '
-      f'Triton {triton.__version__}', flush=True)
-PYEOF
+left() { echo $(( budget - ($(date +%s) - start) )); }
 
-if [[ $STEP == all || $STEP == tests ]]; then
-  "$PY" -m pytest -m cuda -q -rs tests/cuda 2>&1 | tee results/gpu_pytest.txt
+# step NAME CAP_SECONDS COMMAND...: runs COMMAND with at most min(CAP, time left) seconds, output to NAME.txt
+step() {
+  local name=$1 cap=$2 remaining t0 rc
+  shift 2
+  remaining=$(left)
+  if [ "$remaining" -lt 5 ]; then
+    printf '%s\tskipped\t0\n' "$name" >> "$out/steps.tsv"
+    echo "gpu_check: $name skipped: the budget is spent" | tee -a "$out/log.txt"
+    return 0
+  fi
+  [ "$cap" -lt "$remaining" ] || cap=$remaining
+  echo "gpu_check: $name (at most $cap s; $remaining s left)" | tee -a "$out/log.txt"
+  t0=$(date +%s)
+  timeout --kill-after=10 "$cap" "$@" > "$out/$name.txt" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >> "$out/steps.tsv"
+  [ "$rc" = 0 ] || echo "gpu_check: $name failed (exit $rc; 124: cut by its time cap): see $out/$name.txt" | tee -a "$out/log.txt"
+  return 0
+}
+
+versions() {
+  if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; fi
+  "$PY" -c "import sys, torch, timm, importlib.util as u
+t = __import__('triton').__version__ if u.find_spec('triton') else 'absent'
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else 'none visible'
+print(f'gpu {gpu}; python {sys.version.split()[0]}; torch {torch.__version__}; cuda {torch.version.cuda}; triton {t}; timm {timm.__version__}')"
+  "$PY" -m mrconvnext.engines
+}
+
+export -f versions
+export PY
+step 01_versions 120 bash -c versions
+
+mkdir -p "$out/smoke"
+passed=()
+for m in "${model_list[@]}"; do
+  name="02_smoke_${m//:/_}"
+  step "$name" 150 "$PY" -m mrconvnext.tools.benchmark --models "$m" "${size[@]}" --amp --amp-dtype bfloat16 \
+    --channels-last --num-warm-iter 1 --num-bench-iter 3 --results-file "$out/smoke/${m//:/_}.csv"
+  [ "$(tail -n 1 "$out/steps.tsv" | cut -f2)" = 0 ] && passed+=("$m")
+done
+
+if [ ${#passed[@]} -gt 0 ]; then
+  step 03_eager_table 240 "$PY" scripts/bench_gpu.py --modes eager --models "${passed[@]}" "${bench[@]}" \
+    --out "$out/eager"
+else
+  printf '03_eager_table\tskipped\t0\n' >> "$out/steps.tsv"
 fi
-if [[ $STEP == all || $STEP == talk ]]; then
-  "$PY" scripts/bench_talk_gpu.py --out results
-fi
-if [[ $STEP == all || $STEP == dynconv ]]; then
-  "$PY" scripts/bench_dynconv_gpu.py --out results
-fi
-if [[ $STEP == all || $STEP == longconv ]]; then
-  "$PY" scripts/bench_longconv_gpu.py --out results | tee results/longconv_gpu.txt
-fi
-if [[ $STEP == all || $STEP == models ]]; then
-  "$PY" scripts/bench_gpu.py --out results
-elif [[ $STEP == models-eager || $STEP == models-compiled ]]; then
-  "$PY" scripts/bench_gpu.py --out results --modes "${STEP#models-}"
-fi
+step 04_dwconv_budget 90 "$PY" scripts/bench_dwconv_gpu.py "${dwconv[@]}" --out "$out"
+step 05_cuda_suite 300 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider tests/cuda -k 'not compile'
+step 06_ops_talk 120 "$PY" scripts/bench_talk_gpu.py "${ops[@]}" --out "$out"
+step 06_ops_dynconv 120 "$PY" scripts/bench_dynconv_gpu.py "${ops[@]}" --out "$out"
+step 06_ops_longconv 120 "$PY" scripts/bench_longconv_gpu.py "${ops[@]}" --out "$out"
+# deployed mrconvnext_t and the baseline first: the comparison that matters most if the budget cuts the rest
+compiled=()
+for m in "${passed[@]}"; do case $m in *:reparam) compiled=("$m" "${compiled[@]}") ;; esac; done
+for m in "${passed[@]}"; do case $m in convnext_*) compiled+=("$m") ;; esac; done
+for m in "${passed[@]}"; do case $m in *:reparam|convnext_*) ;; *) compiled+=("$m") ;; esac; done
+for m in "${compiled[@]}"; do
+  step "07_compiled_${m//:/_}" 180 "$PY" scripts/bench_gpu.py --modes compiled --models "$m" "${bench[@]}" \
+    --compile-backend "$backend" --out "$out/compiled/${m//:/_}"
+done
+"$PY" scripts/gpu_check_report.py "$out" | tee "$out/summary.md"
+echo "gpu_check: done in $(( $(date +%s) - start )) s of a $budget s budget; results in $out"
