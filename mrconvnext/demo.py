@@ -22,7 +22,6 @@ reparameterized model's top-1 differs from the branched one's by more than 0.2 p
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import time
 from pathlib import Path
@@ -30,6 +29,8 @@ from pathlib import Path
 import torch
 
 import mrconvnext  # noqa: F401  (registers the models with timm)
+
+from .tools.cli_args import demo_parser
 
 _BASELINES = {
     'mrconvnext_atto': 'convnext_atto',
@@ -59,15 +60,7 @@ def _show(tool: str, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--workdir', default='mrconvnext-demo', help='where data, run, export and results go')
-    p.add_argument('--model', default='mrconvnext_atto')
-    p.add_argument('--img-size', type=int, default=32)
-    p.add_argument('--epochs', type=int, default=8)
-    p.add_argument('--seed', type=int, default=42)
-    p.add_argument('--threads', type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument('--no-progress', action='store_true')
-    args = p.parse_args(argv)
+    args = demo_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from mrconvnext.tools import benchmark, digits, export, train, validate

@@ -7,10 +7,10 @@ so that no forward pass waits for a compiler, and exits with status 1, saying wh
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .ops import engines
+from .tools.cli_args import engines_parser
 
 __all__ = ['main']
 
@@ -37,9 +37,7 @@ def build_all() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Print :func:`~mrconvnext.ops.engines.report`, or with ``--build`` build the native kernels first."""
-    parser = argparse.ArgumentParser(prog='python -m mrconvnext.engines', description=__doc__.split('\n\n')[0])
-    parser.add_argument('--build', action='store_true', help='build the native CPU kernels now (cached)')
-    args = parser.parse_args(argv)
+    args = engines_parser().parse_args(argv)
     status = build_all() if args.build else 0
     print(engines.report())
     return status

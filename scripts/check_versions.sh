@@ -28,9 +28,9 @@ done
 mkdir -p "$log"
 # the lower bounds, read from pyproject.toml so that the script and the declaration cannot drift
 oldest_pins=$(python3 - <<'EOF'
-import re, tomllib
-deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']
-pins = [re.sub(r'>=', '==', d) for d in deps if re.match(r'^(torch|timm)>=', d)]
+import re
+deps = re.findall(r'^\s*"((?:torch|timm)>=[\d.]+)"', open('pyproject.toml').read(), flags=re.M)
+pins = [d.replace('>=', '==') for d in deps]
 print(' '.join(pins))
 EOF
 )

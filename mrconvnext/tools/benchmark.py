@@ -51,6 +51,7 @@ import torch.nn as nn
 from timm.utils import reparameterize_model
 
 from . import common
+from .cli_args import benchmark_parser as build_parser
 from .flops import count_macs
 from .memory import rss_peak_reader
 
@@ -67,30 +68,6 @@ def default_models() -> list[str]:
 
     registered = set(timm.list_models())
     return ['convnext_tiny', 'mrconvnext_t', 'mrconvnext_t:reparam'] + [m for m in _ZOO_T if m in registered]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-benchmark'
-    )
-    p.add_argument('--models', nargs='+', default=None, metavar='NAME[:reparam]', help='first = baseline')
-    p.add_argument('--bench', choices=('both', 'inference', 'train'), default='both')
-    p.add_argument('-b', '--batch-size', type=int, default=None, help='default: 256 on CUDA, 8 on CPU')
-    p.add_argument('--img-size', type=int, default=224, help="input size (also the zoo models' nominal size)")
-    p.add_argument('--num-classes', type=int, default=1000)
-    p.add_argument('--num-warm-iter', type=int, default=None, help='warm-up batches (default: 5 CUDA, 1 CPU)')
-    p.add_argument('--num-bench-iter', type=int, default=None, help='timed rounds (default: 20 CUDA, 5 CPU)')
-    p.add_argument('--device', default=common.default_device())
-    p.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
-    p.add_argument('--amp-dtype', default='float16')
-    p.add_argument('--channels-last', action='store_true')
-    p.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
-    p.add_argument('--threads', type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocesses')
-    p.add_argument('--results-file', default='benchmark.csv', help="CSV or JSON ('' to skip)")
-    p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)
-    return p
 
 
 def _build(spec: str, args: argparse.Namespace, device: torch.device, deploy_direct: bool = False) -> nn.Module:

@@ -22,7 +22,6 @@ from mrconvnext.models.checkpoint import MODEL_KEYS, read_state_dict
 
 __all__ = [
     'setup_logging',
-    'default_device',
     'is_zoo_model',
     'zoo_kwargs',
     'create_model',
@@ -39,7 +38,6 @@ __all__ = [
     'EvalShard',
     'evaluate',
     'amp_autocast',
-    'add_model_source_args',
     'model_from_args',
 ]
 
@@ -63,10 +61,6 @@ def setup_logging(level: int = logging.INFO) -> None:
         handler._mrconvnext_tools = True
         logger.addHandler(handler)
         logger.propagate = False
-
-
-def default_device() -> str:
-    return 'cuda' if torch.cuda.is_available() else 'cpu'
 
 
 AMP_DTYPES = {'float16': torch.float16, 'bfloat16': torch.bfloat16}
@@ -220,25 +214,8 @@ def model_from_source(
     return net.eval(), info
 
 
-def add_model_source_args(parser: argparse.ArgumentParser, pretrained: bool = False) -> None:
-    """The tools' one set of model-source flags (``--model``, ``--checkpoint``, ``--use-ema``, ``--num-classes``,
-    ``--img-size``, ``--model-kwargs``, and ``--pretrained`` where asked), read by :func:`model_from_args`."""
-    from timm.utils import ParseKwargs
-
-    g = parser.add_argument_group('Model source')
-    source_help = "timm name, local-dir:DIR or hf-hub:NAME (default: from the checkpoint's run args.yaml)"
-    g.add_argument('--model', '-m', default='', metavar='NAME', help=source_help)
-    g.add_argument('--checkpoint', default='', metavar='PATH', help='training checkpoint, state-dict file or hub dir')
-    g.add_argument('--use-ema', action='store_true', help='the EMA weights of a training checkpoint')
-    if pretrained:
-        g.add_argument('--pretrained', action='store_true', help="the model's pretrained weights (timm)")
-    g.add_argument('--num-classes', type=int, default=None, metavar='N')
-    g.add_argument('--img-size', type=int, default=None, metavar='N', help='input size (also sizes the zoo mixers)')
-    g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='extra create_model kwargs')
-
-
 def model_from_args(args: argparse.Namespace) -> tuple[nn.Module, dict[str, Any]]:
-    """:func:`model_from_source` with the flags of :func:`add_model_source_args`."""
+    """:func:`model_from_source` with the flags of :func:`mrconvnext.tools.cli_args.add_model_source_args`."""
     return model_from_source(
         args.model,
         args.checkpoint or None,

@@ -13,11 +13,12 @@ for ImageNet work. The split is deterministic: the same arguments write the same
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
+
+from .cli_args import digits_parser
 
 __all__ = ['export_digits', 'NUM_CLASSES', 'main']
 
@@ -80,12 +81,7 @@ def export_digits(root: str | Path, size: int = 32, val_fraction: float = 0.2, s
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('root', help='output directory (train/ and val/ are created inside)')
-    p.add_argument('--size', type=int, default=32, help='output image size in pixels (default: 32)')
-    p.add_argument('--val-fraction', type=float, default=0.2, help='held-out fraction per class (default: 0.2)')
-    p.add_argument('--seed', type=int, default=0, help='seed of the fixed split (default: 0)')
-    args = p.parse_args(argv)
+    args = digits_parser().parse_args(argv)
     root = export_digits(args.root, args.size, args.val_fraction, args.seed)
     counts = json.loads((root / _MARKER).read_text())['counts']
     print(

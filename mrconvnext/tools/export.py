@@ -27,7 +27,6 @@ Steps:
 
 from __future__ import annotations
 
-import argparse
 import copy
 import logging
 from pathlib import Path
@@ -38,28 +37,11 @@ import torch
 from timm.utils import reparameterize_model
 
 from . import common
+from .cli_args import export_parser as build_parser
 
 __all__ = ['main', 'run', 'build_parser', 'export_onnx']
 
 _logger = logging.getLogger('mrconvnext.export')
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-export'
-    )
-    common.add_model_source_args(p)
-    p.add_argument('--output', '-o', required=True, help='hub directory to write')
-    p.add_argument('--no-reparam', action='store_true', help='export the branched model')
-    p.add_argument('--onnx', nargs='?', const='model.onnx', default=None, help='also write ONNX (file in --output)')
-    p.add_argument('--onnx-opset', type=int, default=18)
-    p.add_argument(
-        '--onnx-exporter', choices=('auto', 'dynamo', 'torchscript'), default='auto', help='auto: dynamo if available'
-    )
-    p.add_argument('--onnx-atol', type=float, default=1e-4, help='largest allowed |onnxruntime - torch| logit diff')
-    p.add_argument('--check-batch', type=int, default=4, help='batch size of the comparison inputs')
-    p.add_argument('--seed', type=int, default=0)
-    return p
 
 
 def _input_size(model: torch.nn.Module, img_size: int | None) -> tuple[int, int, int]:

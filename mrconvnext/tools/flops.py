@@ -13,7 +13,6 @@ Fourier modes' matmuls), once per forward whatever the batch.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from timm.utils import reparameterize_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import common
+from .cli_args import flops_parser
 
 __all__ = ['MacCount', 'count_macs', 'format_table', 'run', 'main']
 
@@ -74,13 +74,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     """Count, print the table and return its rows (also written to ``--results-file``)."""
-    p = argparse.ArgumentParser(
-        prog='mrconvnext-flops', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument('--models', nargs='+', default=['convnext_tiny', 'mrconvnext_t', 'mrconvnext_t:reparam'])
-    p.add_argument('--img-size', type=int, default=224)
-    p.add_argument('--results-file', default='', help='CSV or JSON of the rows')
-    args = p.parse_args(argv)
+    args = flops_parser().parse_args(argv)
     rows = []
     for spec in args.models:
         c = count_macs(_model(spec, args.img_size), args.img_size)

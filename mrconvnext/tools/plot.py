@@ -24,7 +24,6 @@ numbers for a baseline). Rows without an accuracy are listed and skipped.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import torch
 from timm.utils import reparameterize_model
 
 from . import common
+from .cli_args import plot_parser as build_parser
 
 __all__ = ['main', 'run', 'build_parser', 'plot_kernels', 'plot_alpha', 'plot_tradeoff', 'alpha_fractions']
 
@@ -227,28 +227,6 @@ def plot_tradeoff(
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output, points
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-plot'
-    )
-    sub = p.add_subparsers(dest='figure', required=True)
-    for name, help_ in (('kernels', 'reparameterized kernels per stage (Fig. 5)'), ('alpha', 'alpha norms (Fig. 3)')):
-        q = sub.add_parser(name, help=help_)
-        common.add_model_source_args(q)
-        q.add_argument('--output', '-o', default=f'{name}.png')
-        q.add_argument('--title', default='')
-        if name == 'kernels':
-            q.add_argument('--block', type=int, default=0, help='block index within each stage')
-            q.add_argument('--channels', type=int, default=32, help='channels in the heat map')
-    q = sub.add_parser('tradeoff', help='top-1 vs throughput')
-    q.add_argument('--benchmark', required=True, help='mrconvnext-benchmark results (CSV or JSON)')
-    q.add_argument('--results', nargs='*', default=[], help='mrconvnext-validate results files')
-    q.add_argument('--accuracy', nargs='*', default=[], metavar='NAME=TOP1', help='accuracies given by hand')
-    q.add_argument('--output', '-o', default='tradeoff.png')
-    q.add_argument('--title', default='')
-    return p
 
 
 def run(argv: list[str] | None = None) -> Path:

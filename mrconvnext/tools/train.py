@@ -56,7 +56,6 @@ from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
     ModelEmaV3,
     NativeScaler,
-    ParseKwargs,
     dispatch_clip_grad,
     distribute_bn,
     get_outdir,
@@ -68,6 +67,7 @@ from timm.utils import (
 
 from ..models.checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
 from . import common, run_dir
+from .cli_args import train_parser as build_parser
 from .common import evaluate
 from .compat import patch_timm_posterize
 from .run_dir import RunSaver
@@ -97,127 +97,6 @@ DROP_PATH = {
 def default_drop_path(model: str) -> float | None:
     """Stochastic depth rate of the recipe for a model name ending in a ConvNeXt size, else ``None``."""
     return DROP_PATH.get(model.rsplit('_', 1)[-1].split('.')[0])
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-train'
-    )
-    p.add_argument('-c', '--config', default='', metavar='FILE', help='YAML file of flag defaults (timm style)')
-    p.add_argument('data', nargs='?', metavar='DIR', help='data set root (same as --data-dir)')
-    g = p.add_argument_group('Dataset')
-    g.add_argument('--data-dir', metavar='DIR', help='data set root (ImageFolder with train/ and val/)')
-    g.add_argument('--dataset', metavar='NAME', default='', help='timm dataset "<type>/<name>" (default: folder)')
-    g.add_argument('--train-split', default='train', metavar='NAME')
-    g.add_argument('--val-split', default='validation', metavar='NAME', help="'' skips evaluation")
-    g.add_argument('--dataset-download', action='store_true', help='allow torch/ and tfds/ data sets to download')
-    g.add_argument('--class-map', default='', metavar='FILENAME')
-
-    g = p.add_argument_group('Model')
-    g.add_argument('--model', default='mrconvnext_t', metavar='MODEL')
-    g.add_argument('--pretrained', action='store_true')
-    g.add_argument('--initial-checkpoint', default='', metavar='PATH', help='weights to start from (weights only)')
-    g.add_argument('--resume', default='', metavar='PATH', help='resume model, optimizer, EMA and epoch')
-    g.add_argument('--no-resume-opt', action='store_true', help='resume the model but not the optimizer state')
-    g.add_argument('--num-classes', type=int, default=None, metavar='N', help="default: the data set's classes")
-    g.add_argument('--img-size', type=int, default=None, metavar='N', help="input size; sizes the zoo's mixers too")
-    g.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N')
-    g.add_argument('--crop-pct', default=None, type=float, metavar='PCT', help='validation centre-crop fraction')
-    g.add_argument('--mean', type=float, nargs='+', default=None, metavar='MEAN')
-    g.add_argument('--std', type=float, nargs='+', default=None, metavar='STD')
-    g.add_argument('--interpolation', default='', metavar='NAME')
-    g.add_argument('-b', '--batch-size', type=int, default=128, metavar='N', help='per-process batch size')
-    g.add_argument('-vb', '--validation-batch-size', type=int, default=None, metavar='N')
-    g.add_argument('--channels-last', action='store_true')
-    g.add_argument('--grad-checkpointing', action='store_true')
-    g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs, help='extra create_model kwargs')
-
-    g = p.add_argument_group('Device')
-    g.add_argument('--device', default=common.default_device())
-    g.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
-    g.add_argument('--amp-dtype', default='float16', help='float16 or bfloat16 (default: float16; CPU: bfloat16)')
-    g.add_argument('--no-ddp-bb', action='store_true', help='DDP without buffer broadcast')
-    g.add_argument('--local_rank', default=0, type=int)
-    g.add_argument('--device-modules', default=None, nargs='+', help='modules to import first')
-    g.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
-
-    g = p.add_argument_group('Optimizer')
-    g.add_argument('--opt', default='adamw', metavar='OPTIMIZER')
-    g.add_argument('--opt-eps', default=None, type=float)
-    g.add_argument('--opt-betas', default=None, type=float, nargs='+')
-    g.add_argument('--momentum', type=float, default=0.9)
-    g.add_argument('--weight-decay', type=float, default=0.05)
-    g.add_argument('--clip-grad', type=float, default=None, metavar='NORM')
-    g.add_argument('--clip-mode', default='norm', help='norm, value or agc')
-    g.add_argument('--kernel-lr', type=float, default=None, help='learning rate of the long-kernel parameters')
-    g.add_argument('--kernel-lr-base', type=float, default=1e-3, help='kernel lr at --lr-base-size (default 1e-3)')
-    g.add_argument('--kernel-weight-decay', type=float, default=0.0, help='weight decay of the kernel parameters')
-
-    g = p.add_argument_group('Learning rate schedule')
-    g.add_argument('--sched', default='cosine', metavar='SCHEDULER')
-    g.add_argument(
-        '--sched-on-updates', action=argparse.BooleanOptionalAction, default=True, help='step per update (default)'
-    )
-    g.add_argument('--lr', type=float, default=None, help='learning rate; default from --lr-base')
-    g.add_argument('--lr-base', type=float, default=4e-3, help='lr at --lr-base-size (default 4e-3)')
-    g.add_argument('--lr-base-size', type=int, default=4096, help='global batch of --lr-base (default 4096)')
-    g.add_argument('--lr-base-scale', default='linear', help='linear or sqrt (default: linear)')
-    g.add_argument('--warmup-lr', type=float, default=0.0)
-    g.add_argument('--min-lr', type=float, default=1e-6)
-    g.add_argument('--epochs', type=int, default=300)
-    g.add_argument('--start-epoch', default=None, type=int)
-    g.add_argument('--decay-milestones', default=[90, 180, 270], type=int, nargs='+')
-    g.add_argument('--decay-epochs', type=float, default=90)
-    g.add_argument('--warmup-epochs', type=int, default=20)
-    g.add_argument('--warmup-prefix', action='store_true')
-    g.add_argument('--cooldown-epochs', type=int, default=0)
-    g.add_argument('--patience-epochs', type=int, default=10)
-    g.add_argument('--decay-rate', '--dr', type=float, default=0.1)
-
-    g = p.add_argument_group('Augmentation and regularization')
-    g.add_argument('--no-aug', action='store_true')
-    g.add_argument('--scale', type=float, nargs='+', default=[0.08, 1.0])
-    g.add_argument('--ratio', type=float, nargs='+', default=[3.0 / 4.0, 4.0 / 3.0])
-    g.add_argument('--hflip', type=float, default=0.5)
-    g.add_argument('--vflip', type=float, default=0.0)
-    g.add_argument('--color-jitter', type=float, default=0.4)
-    g.add_argument('--aa', default='rand-m9-mstd0.5-inc1', help="RandAugment / AutoAugment policy; 'none' disables")
-    g.add_argument('--reprob', type=float, default=0.25)
-    g.add_argument('--remode', default='pixel')
-    g.add_argument('--recount', type=int, default=1)
-    g.add_argument('--mixup', type=float, default=0.8)
-    g.add_argument('--cutmix', type=float, default=1.0)
-    g.add_argument('--cutmix-minmax', type=float, nargs='+', default=None)
-    g.add_argument('--mixup-prob', type=float, default=1.0)
-    g.add_argument('--mixup-switch-prob', type=float, default=0.5)
-    g.add_argument('--mixup-mode', default='batch')
-    g.add_argument('--mixup-off-epoch', default=0, type=int)
-    g.add_argument('--smoothing', type=float, default=0.1)
-    g.add_argument('--train-interpolation', default='bicubic')
-    g.add_argument('--drop', type=float, default=0.0)
-    g.add_argument('--drop-path', type=float, default=None, help='default: per model size (see the module doc)')
-
-    g = p.add_argument_group('BatchNorm (the MRConv branch BatchNorms)')
-    g.add_argument('--sync-bn', action='store_true', help='synchronize BatchNorm statistics across processes')
-    g.add_argument('--dist-bn', default='reduce', help="after each epoch: 'reduce', 'broadcast' or ''")
-
-    g = p.add_argument_group('Model EMA')
-    g.add_argument('--model-ema', action=argparse.BooleanOptionalAction, default=True, help='EMA of the weights')
-    g.add_argument('--model-ema-decay', type=float, default=0.9999)
-    g.add_argument('--model-ema-warmup', action='store_true')
-
-    g = p.add_argument_group('Misc')
-    g.add_argument('--seed', type=int, default=42)
-    g.add_argument('--log-interval', type=int, default=50, help='progress-bar update interval (steps)')
-    g.add_argument('--checkpoint-hist', type=int, default=10)
-    g.add_argument('-j', '--workers', type=int, default=4)
-    g.add_argument('--pin-mem', action='store_true')
-    g.add_argument('--no-prefetcher', action='store_true', help='(the prefetcher is only used on CUDA)')
-    g.add_argument('--output', default='', metavar='PATH', help='output root (default: ./output/train)')
-    g.add_argument('--experiment', default='', metavar='NAME', help='run directory name under --output')
-    g.add_argument('--eval-metric', default='top1', help='top1, top5 or loss: ranks checkpoints')
-    g.add_argument('--no-progress', action='store_true', help='no progress bar')
-    return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -15,7 +15,6 @@ Results (top-1, top-5, loss, parameter count, timing) are printed and written to
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from typing import Any
@@ -25,39 +24,11 @@ from timm.data import create_dataset, create_loader, resolve_data_config
 from timm.utils import reparameterize_model
 
 from . import common
+from .cli_args import validate_parser as build_parser
 
 __all__ = ['main', 'run', 'build_parser']
 
 _logger = logging.getLogger('mrconvnext.validate')
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-validate'
-    )
-    p.add_argument('data', nargs='?', metavar='DIR', help='data set root (same as --data-dir)')
-    p.add_argument('--data-dir', metavar='DIR')
-    p.add_argument('--dataset', default='', metavar='NAME', help='timm dataset "<type>/<name>" (default: folder)')
-    p.add_argument('--split', default='validation', metavar='NAME')
-    p.add_argument('--dataset-download', action='store_true')
-    p.add_argument('--class-map', default='', metavar='FILENAME')
-    common.add_model_source_args(p, pretrained=True)
-    p.add_argument('--input-size', default=None, nargs=3, type=int, metavar='N')
-    p.add_argument('--crop-pct', default=None, type=float)
-    p.add_argument('--mean', type=float, nargs='+', default=None)
-    p.add_argument('--std', type=float, nargs='+', default=None)
-    p.add_argument('--interpolation', default='')
-    p.add_argument('-b', '--batch-size', type=int, default=256)
-    p.add_argument('-j', '--workers', type=int, default=4)
-    p.add_argument('--device', default=common.default_device())
-    p.add_argument('--amp', action='store_true', help='mixed precision (bfloat16 on CPU)')
-    p.add_argument('--amp-dtype', default='float16')
-    p.add_argument('--channels-last', action='store_true')
-    p.add_argument('--reparam', action='store_true', help='reparameterize (fold branches) before evaluating')
-    p.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
-    p.add_argument('--results-file', default='', metavar='FILE', help='write results here (.json or .csv)')
-    p.add_argument('--no-progress', action='store_true')
-    return p
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
