@@ -38,7 +38,7 @@ def _help(parser_name: str, argv: list[str]) -> None:
 def _run(tool: str) -> None:
     module_name, parser_name = TOOLS[tool]
     argv = sys.argv[1:]
-    if '-h' in argv or '--help' in argv:
+    if any(a == '-h' or (a.startswith('--h') and '--help'.startswith(a)) for a in argv):  # argparse's abbreviations
         _help(parser_name, argv)
     status = importlib.import_module(module_name).main(argv)
     sys.exit(status if isinstance(status, int) else 0)

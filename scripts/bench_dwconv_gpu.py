@@ -5,7 +5,7 @@ weight gradient (wgrad) timed apart, and the kernels a profile of one step shows
 
 Each stage's ``Conv2d(C, C, 7, padding=3, groups=C)`` runs in bf16 on a channels-last map, as timm's ConvNeXt runs
 it under bf16 autocast (the input here is already bf16: the cast from the float32 residual stream is not timed).
-Times are medians in ms (CUDA events on a GPU, wall clock on the CPU); ``model_ms`` multiplies by ConvNeXt-T's
+Times are medians in ms (``triton.testing.do_bench`` on a GPU, wall clock on the CPU); ``model_ms`` multiplies by ConvNeXt-T's
 depths (3, 3, 9, 3). ``floor_ms`` is the forward's bytes (read and write the map in bf16: 4 B per element) at
 ``--bandwidth`` GB/s. The profile lists each stage's kernels of one forward and backward by their device time.
 ``--device cpu`` runs the same at any size (the GPU check's dry run).
@@ -16,36 +16,26 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import markdown_report  # noqa: E402
+from _bench import markdown_report, time_calls  # noqa: E402
 
 DEPTHS = (3, 3, 9, 3)
 DIMS = (96, 192, 384, 768)
 
 
 def _time(fn, repeats: int, device: torch.device) -> float:
-    """Median ms of ``repeats`` calls after two warm-up calls."""
-    fn(), fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == 'cuda':
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
+    """Median ms: ``triton.testing.do_bench`` (CUDA events) on a GPU, wall clock of ``repeats`` calls on the CPU."""
+    if device.type == 'cuda':
+        from triton.testing import do_bench
+
+        return do_bench(fn, warmup=25, rep=max(repeats, 1) * 10, return_mode='median')
+    fn()
+    return statistics.median(time_calls(fn, repeats))
 
 
 def _kernels(conv: nn.Module, x: torch.Tensor, g: torch.Tensor, device: torch.device, top: int = 4) -> str:

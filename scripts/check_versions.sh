@@ -10,9 +10,9 @@
 # newest: what a fresh `pip install '.[test]'` resolves (on the CI machine: torch 2.14.1 and Triton 3.8.0).
 # Each environment lives in a temporary folder removed at exit (--keep keeps it and prints where); the native CPU
 # kernels build cold in it. Output goes to DIR/check_versions_<env>.txt (default results/) and a summary line per
-# environment is printed at the end. Exit status 1 if any environment fails.
+# environment is printed at the end. Exit status 1 if any environment fails. pytest runs as README.md's command does
+# (-n auto --dist loadgroup).
 set -uo pipefail
-cd "$(dirname "$0")/.."
 which=both
 keep=0
 log=results
@@ -25,7 +25,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-mkdir -p "$log"
+mkdir -p "$log" && log=$(cd "$log" && pwd)  # relative to where it was called from
+cd "$(dirname "$0")/.."
 # the lower bounds, read from pyproject.toml so that the script and the declaration cannot drift
 oldest_pins=$(python3 - <<'EOF'
 import re
@@ -34,6 +35,9 @@ pins = [d.replace('>=', '==') for d in deps]
 print(' '.join(pins))
 EOF
 )
+case "$oldest_pins" in *torch==*timm==*|*timm==*torch==*) ;; *)
+  echo "check_versions: no torch and timm lower bounds found in pyproject.toml (got '$oldest_pins')" >&2; exit 2 ;;
+esac
 work=$(mktemp -d)
 [ "$keep" = 1 ] || trap 'rm -rf "$work"' EXIT
 status=0
@@ -49,16 +53,16 @@ for env in oldest newest; do
     echo "# check_versions $env: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), pins: ${pins:-none}"
     "$venv/bin/python" -m pip install -q --upgrade pip
     # shellcheck disable=SC2086
-    "$venv/bin/python" -m pip install -q $pins '.[test]' 2>&1 | grep -v -e '^WARNING: Location' -e '^\s*$' || true
-    "$venv/bin/python" -c "import sys, torch, timm, torchvision; import importlib.util as u
-t = __import__('triton').__version__ if u.find_spec('triton') else 'absent'
-print(f'python {sys.version.split()[0]}, torch {torch.__version__}, triton {t}, timm {timm.__version__}, torchvision {torchvision.__version__}')"
+    "$venv/bin/python" -m pip install -q $pins '.[test]' > "$work/pip-$env.txt" 2>&1 || {
+      grep -v '^WARNING: Location' "$work/pip-$env.txt" | tail -20; echo "check_versions: pip install failed"; }
+    "$venv/bin/python" scripts/versions.py
   } 2>&1 | tee "$out"
   start=$(date +%s)
   # as .ci/run does: the installed environment, pytest from the checkout's root
-  MRCONVNEXT_EXT_DIR="$work/ext-$env" "$venv/bin/python" -m pytest -q -p no:cacheprovider 2>&1 | tee -a "$out"
+  MRCONVNEXT_EXT_DIR="$work/ext-$env" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadgroup \
+    2>&1 | tee -a "$out"
   rc=${PIPESTATUS[0]}
-  versions=$(grep -m1 '^python ' "$out")
+  versions=$(grep -m1 '^gpu ' "$out")
   result=$(grep -E '^=*.*(passed|failed|error).* in ' "$out" | tail -1 | tr -d '=')
   summary+=("$env ($versions): ${result:-no pytest summary} [$(( $(date +%s) - start )) s wall, rc $rc]")
   [ "$rc" = 0 ] || status=1

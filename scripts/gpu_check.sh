@@ -13,13 +13,12 @@
 #   05 the CUDA suite without the compile tests (pytest -m cuda)
 #   06 the operator benchmarks (TaLK, DynamicConv, the long convolution)
 #   07 the compiled table, one model per process, deployed mrconvnext_t and convnext_tiny first
-# It runs from a checkout (PYTHONPATH) on a machine that has torch, Triton and timm, and installs nothing.
+# It runs from a checkout (PYTHONPATH) on a machine that has torch, Triton and timm, and installs nothing; without a
+# visible GPU (and without --dry-run) it stops before running anything. Exit status 1 if a step failed.
 # --dry-run: the same steps on the CPU at tiny sizes (atto models, batch 2, 64 px, Triton's interpreter, the
 # benchmarks' byte accounting instead of GPU timing, torch.compile's eager backend), to prove the plumbing before a
 # GPU is spent; tests/tools/test_gpu_check.py runs it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python}
 budget=540
 out=results/gpu_check
@@ -35,8 +34,16 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+case $budget in ''|*[!0-9]*) echo "gpu_check: --budget takes whole seconds, got '$budget'" >&2; exit 2 ;; esac
+mkdir -p "$out" && out=$(cd "$out" && pwd)  # relative to where it was called from
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$dry" = 0 ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "gpu_check: no CUDA GPU is visible to $PY (torch.cuda.is_available() is False); nothing was run." \
+    "--dry-run runs the same steps on the CPU." >&2
+  exit 1
+fi
 start=$(date +%s)
-mkdir -p "$out"
 : > "$out/steps.tsv"
 
 if [ "$dry" = 1 ]; then
@@ -81,10 +88,7 @@ step() {
 
 versions() {
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; fi
-  "$PY" -c "import sys, torch, timm, importlib.util as u
-t = __import__('triton').__version__ if u.find_spec('triton') else 'absent'
-gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else 'none visible'
-print(f'gpu {gpu}; python {sys.version.split()[0]}; torch {torch.__version__}; cuda {torch.version.cuda}; triton {t}; timm {timm.__version__}')"
+  "$PY" scripts/versions.py
   "$PY" -m mrconvnext.engines
 }
 
@@ -95,9 +99,9 @@ step 01_versions 120 bash -c versions
 mkdir -p "$out/smoke"
 passed=()
 for m in "${model_list[@]}"; do
-  name="02_smoke_${m//:/_}"
+  name="02_smoke_${m//[:\/]/_}"
   step "$name" 150 "$PY" -m mrconvnext.tools.benchmark --models "$m" "${size[@]}" --amp --amp-dtype bfloat16 \
-    --channels-last --num-warm-iter 1 --num-bench-iter 3 --results-file "$out/smoke/${m//:/_}.csv"
+    --channels-last --num-warm-iter 1 --num-bench-iter 3 --results-file "$out/smoke/${m//[:\/]/_}.csv"
   [ "$(tail -n 1 "$out/steps.tsv" | cut -f2)" = 0 ] && passed+=("$m")
 done
 
@@ -109,17 +113,20 @@ else
 fi
 step 04_dwconv_budget 90 "$PY" scripts/bench_dwconv_gpu.py "${dwconv[@]}" --out "$out"
 step 05_cuda_suite 300 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider tests/cuda -k 'not compile'
-step 06_ops_talk 120 "$PY" scripts/bench_talk_gpu.py "${ops[@]}" --out "$out"
-step 06_ops_dynconv 120 "$PY" scripts/bench_dynconv_gpu.py "${ops[@]}" --out "$out"
-step 06_ops_longconv 120 "$PY" scripts/bench_longconv_gpu.py "${ops[@]}" --out "$out"
+step 06_ops_talk 120 "$PY" scripts/bench_talk_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
+step 06_ops_dynconv 120 "$PY" scripts/bench_dynconv_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
+step 06_ops_longconv 120 "$PY" scripts/bench_longconv_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
 # deployed mrconvnext_t and the baseline first: the comparison that matters most if the budget cuts the rest
 compiled=()
-for m in "${passed[@]}"; do case $m in *:reparam) compiled=("$m" "${compiled[@]}") ;; esac; done
-for m in "${passed[@]}"; do case $m in convnext_*) compiled+=("$m") ;; esac; done
-for m in "${passed[@]}"; do case $m in *:reparam|convnext_*) ;; *) compiled+=("$m") ;; esac; done
-for m in "${compiled[@]}"; do
-  step "07_compiled_${m//:/_}" 180 "$PY" scripts/bench_gpu.py --modes compiled --models "$m" "${bench[@]}" \
-    --compile-backend "$backend" --out "$out/compiled/${m//:/_}"
+for m in ${passed[@]+"${passed[@]}"}; do case $m in *:reparam) compiled=("$m" ${compiled[@]+"${compiled[@]}"}) ;; esac; done
+for m in ${passed[@]+"${passed[@]}"}; do case $m in convnext_*) compiled+=("$m") ;; esac; done
+for m in ${passed[@]+"${passed[@]}"}; do case $m in *:reparam|convnext_*) ;; *) compiled+=("$m") ;; esac; done
+for m in ${compiled[@]+"${compiled[@]}"}; do
+  step "07_compiled_${m//[:\/]/_}" 180 "$PY" scripts/bench_gpu.py --modes compiled --models "$m" "${bench[@]}" \
+    --compile-backend "$backend" --out "$out/compiled/${m//[:\/]/_}"
 done
 "$PY" scripts/gpu_check_report.py "$out" | tee "$out/summary.md"
-echo "gpu_check: done in $(( $(date +%s) - start )) s of a $budget s budget; results in $out"
+failed=$(awk -F'\t' '$2 != "0" && $2 != "skipped" {print $1}' "$out/steps.tsv" | tr '\n' ' ')
+echo "gpu_check: done in $(( $(date +%s) - start )) s of a $budget s budget; results in $out${failed:+; failed: $failed}"
+# exit status 1 when a step failed (a skipped step, cut by the budget, is not a failure)
+[ -z "$failed" ]

@@ -38,12 +38,13 @@ def _table(rows: list[dict], title: str) -> list[str]:
     for r in rows:
         infer, train, mem = _num(r, 'infer_img_s'), _num(r, 'train_img_s'), _num(r, 'train_peak_mb')
         b_infer, b_train, b_mem = _num(base, 'infer_img_s'), _num(base, 'train_img_s'), _num(base, 'train_peak_mb')
-        batch = _num(r, 'batch_size') or 1
+        batch = _num(r, 'batch_size')
+        step_ms = _num(r, 'train_step_ms') or (1000 * batch / train if train and batch else None)
         cells = [
             r['model'],
             f'{infer:.1f}' if infer else '-',
             f'{infer / b_infer:.3f}' if infer and b_infer else '-',
-            f'{1000 * batch / train:.2f}' if train else '-',
+            f'{step_ms:.2f}' if step_ms else '-',
             f'{b_train / train:.3f}' if train and b_train else '-',
             f'{mem:.0f}' if mem else '-',
             f'{mem / b_mem:.3f}' if mem and b_mem else '-',

@@ -11,12 +11,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
-# Inductor's and Triton's caches of this run go to a folder of its own (per xdist worker), removed when the session
-# ends: a run neither reads another run's compiled code nor leaves hundreds of MB behind. Set before torch._inductor
-# or triton reads them; subprocesses of the tests inherit them.
+# Inductor's and Triton's caches of this run go to a folder of its own (per xdist worker: a worker replaces what it
+# inherits from the controller), removed when the session ends: a run neither reads another run's compiled code nor
+# leaves hundreds of MB behind. Set before torch._inductor or triton reads them; the tests' subprocesses inherit them.
 _CACHE = tempfile.mkdtemp(prefix=f'mrconvnext-tests-{os.environ.get("PYTEST_XDIST_WORKER", "main")}-')
-os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', os.path.join(_CACHE, 'inductor'))
-os.environ.setdefault('TRITON_CACHE_DIR', os.path.join(_CACHE, 'triton'))
+os.environ['TORCHINDUCTOR_CACHE_DIR'] = os.path.join(_CACHE, 'inductor')
+os.environ['TRITON_CACHE_DIR'] = os.path.join(_CACHE, 'triton')
 
 # xdist workers share the cores: each takes its share of torch's threads instead of all of them (oversubscribed
 # threads made a two-worker run slower than one worker).

@@ -66,7 +66,12 @@ def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
 
     if integer(size) is not None:
         return integer(size), integer(size)
-    if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 and None not in map(integer, size):
+    if (
+        not isinstance(size, (str, bytes))
+        and hasattr(size, '__len__')
+        and len(size) == 2
+        and None not in map(integer, size)
+    ):
         return integer(size[0]), integer(size[1])
     raise TypeError(f'img_size must be an int or a pair of ints (H, W), got {size!r} ({type(size).__name__})')
 
@@ -273,6 +278,9 @@ def _check_kwargs(cls: type, kwargs: dict) -> None:
     )
 
 
+_AUTOCAST_DEVICES = ('cpu', 'cuda', 'xpu', 'mps', 'hpu')
+
+
 @register_notrace_function  # an FX call node (not traced into): traced models keep the check
 @torch.jit.ignore  # TorchScript calls it in Python
 def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str, weight: torch.Tensor) -> torch.Tensor:
@@ -290,7 +298,11 @@ def check_image_input(x: torch.Tensor, in_chans: int, stride: int, name: str, we
             f'{name} expects a floating-point image tensor, got dtype {x.dtype} '
             '(convert integer images with x.float() and normalize them first)'
         )
-    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+    # dtypes first: the autocast query runs only on a mismatch (compiled graphs of matching dtypes never see it), and
+    # only for device types that have autocast (torch.is_autocast_enabled raises for others, such as meta)
+    if x.dtype != weight.dtype and not (
+        x.device.type in _AUTOCAST_DEVICES and torch.is_autocast_enabled(x.device.type)
+    ):
         raise TypeError(
             f'{name} has {weight.dtype} parameters, got a {x.dtype} input: convert the input with '
             f'x.to({weight.dtype}), the model with model.to({x.dtype}), or run it under torch.autocast'

@@ -232,6 +232,17 @@ def _native_reason(ext: str) -> str:
 _triton_reasons: dict[str, str | None] = {}
 
 
+def _wraps_interpreted_kernels(kernel) -> bool:
+    """Whether this torch's ``wrap_triton`` takes a kernel defined under Triton's interpreter (torch 2.11 raises)."""
+    from torch.library import wrap_triton
+
+    try:
+        wrap_triton(kernel)
+    except RuntimeError:
+        return False
+    return True
+
+
 def triton_unavailable(device_type: str) -> str | None:
     """Why the Triton kernels cannot run on ``device_type`` tensors, or None when they can."""
     if device_type not in _triton_reasons:
@@ -244,6 +255,11 @@ def triton_unavailable(device_type: str) -> str | None:
                 reason = None
             elif device_type == 'cpu':
                 reason = None if engine_triton.interpreted() else 'CPU tensors need TRITON_INTERPRET=1 before first use'
+                if reason is None and not _wraps_interpreted_kernels(engine_triton.scan_jit):
+                    reason = (
+                        f"torch {torch.__version__}'s wrap_triton refuses Triton's interpreted kernels (torch 2.14 "
+                        'takes them): the interpreter needs a newer torch'
+                    )
             else:
                 reason = f'no Triton kernels for {device_type} tensors'
         _triton_reasons[device_type] = reason

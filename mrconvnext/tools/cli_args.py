@@ -33,8 +33,11 @@ DEVICE_HELP = "torch device; 'auto' (default): cuda where a GPU is visible, else
 
 
 def _doc(path: str) -> str:
-    """The docstring of ``mrconvnext/<path>``, read from its source without importing it."""
-    return ast.get_docstring(ast.parse((Path(__file__).resolve().parents[1] / path).read_text())) or ''
+    """The docstring of ``mrconvnext/<path>``, read from its source without importing it ('' without the source)."""
+    try:
+        return ast.get_docstring(ast.parse((Path(__file__).resolve().parents[1] / path).read_text())) or ''
+    except OSError:
+        return ''
 
 
 def device(value: str) -> str:

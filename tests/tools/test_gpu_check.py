@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import subprocess
 
+import pytest
+import torch
+
 from tests.limits import HANG_LIMIT_S
 
 from .conftest import REPO
@@ -15,21 +18,21 @@ STEPS = ['01_versions', '03_eager_table', '04_dwconv_budget', '05_cuda_suite', '
 STEPS += ['06_ops_longconv', '07_compiled_mrconvnext_atto_reparam']
 
 
-def _run(tmp_path, *args: str) -> dict[str, str]:
+def _run(tmp_path, *args: str, status: int = 0) -> dict[str, str]:
     proc = subprocess.run(
         ['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), *args],
         capture_output=True,
         text=True,
         timeout=HANG_LIMIT_S,
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == status, proc.stdout[-2000:] + proc.stderr[-2000:]
     steps = dict(line.split('\t')[:2] for line in (tmp_path / 'steps.tsv').read_text().splitlines())
     assert (tmp_path / 'summary.md').read_text() in proc.stdout
     return steps
 
 
 def test_dry_run_runs_every_step_and_a_failing_model_does_not_stop_the_rest(tmp_path):
-    steps = _run(tmp_path, '--models', 'not_a_model,mrconvnext_atto:reparam')
+    steps = _run(tmp_path, '--models', 'not_a_model,mrconvnext_atto:reparam', status=1)  # 1: a step failed
     assert steps.pop('02_smoke_not_a_model') == '1', 'an unknown model fails its own smoke step'
     assert steps == {'02_smoke_mrconvnext_atto_reparam': '0', **dict.fromkeys(STEPS, '0')}, steps
     # the eager table holds the models whose smoke passed, and every step wrote its output
@@ -44,5 +47,12 @@ def test_dry_run_runs_every_step_and_a_failing_model_does_not_stop_the_rest(tmp_
 
 
 def test_a_spent_budget_skips_the_remaining_steps(tmp_path):
-    steps = _run(tmp_path, '--models', 'convnext_atto', '--budget', '2')
+    steps = _run(tmp_path, '--models', 'convnext_atto', '--budget', '2')  # 0: skipped steps are not failures
     assert set(steps.values()) == {'skipped'} and '01_versions' in steps, steps
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is visible: the script would run for real')
+def test_without_a_gpu_it_runs_nothing_and_says_so(tmp_path):
+    proc = subprocess.run(['bash', str(SCRIPT), '--out', str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1 and 'no CUDA GPU is visible' in proc.stderr, proc.stderr
+    assert not (tmp_path / 'steps.tsv').exists()

@@ -53,6 +53,7 @@ import torch
 
 from .. import engines
 from ..checks import autocast_dtype, autocast_off
+from ..symbolic import sym_min
 from . import engine_flashfft, engine_torch, operators
 from .checks import check_long_conv
 from .engine_torch import direct_conv1d
@@ -90,8 +91,8 @@ def _choose(
     ``x`` with ``kernel``: the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps them, without a
     guard on the sizes under torch.compile) go to :func:`mrconvnext.ops.engines.long_conv_choice`."""
     L = x.shape[-1]
-    zero = torch.sym_min(zero_lag, L - 1)
-    taps = zero + 1 + torch.sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
+    zero = sym_min(zero_lag, L - 1)
+    taps = zero + 1 + sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
     amp = autocast_dtype(x.device.type)
     chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32

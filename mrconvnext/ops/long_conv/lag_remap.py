@@ -40,6 +40,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..checks import check_int
+from ..symbolic import sym_max, sym_min
 
 __all__ = ['remap_lags', 'remapped_layout', 'conv2d_lags', 'conv2d_padding']
 
@@ -55,7 +56,7 @@ def _largest_new_lag(hi: int, width: int, new_width: int) -> int:
     q, r = divmod(hi, width)
     if r == 0:
         return q * new_width
-    return torch.sym_max(q * new_width + torch.sym_min(r, new_width - 1), (q + 1) * new_width + r - width)
+    return sym_max(q * new_width + sym_min(r, new_width - 1), (q + 1) * new_width + r - width)
 
 
 def remapped_layout(
@@ -67,7 +68,7 @@ def remapped_layout(
         return size, zero_lag
     reach = _largest_new_lag(size - 1 - zero_lag, width, new_width) + 1
     if new_length is not None:
-        reach = torch.sym_min(reach, new_length)
+        reach = sym_min(reach, new_length)
     return (reach, 0) if causal else (2 * reach - 1, reach - 1)
 
 
@@ -154,7 +155,7 @@ def remap_lags(
 def conv2d_padding(width: int, new_width: int) -> int:
     """Zero columns to append to each row of a ``new_width``-wide map for :func:`conv2d_lags`: ``min(W, W') - 1``
     (a symbolic size under ``torch.compile``, with no guard on which width is larger)."""
-    return torch.sym_min(width, new_width) - 1
+    return sym_min(width, new_width) - 1
 
 
 def conv2d_lags(

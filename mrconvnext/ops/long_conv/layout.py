@@ -11,6 +11,8 @@ import functools
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ..symbolic import sym_max, sym_min
+
 __all__ = ['fft_size', 'fft_length', 'crop_kernel', 'circular_kernel', 'kernel_spectrum']
 
 
@@ -42,8 +44,8 @@ def crop_kernel(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch
     Returns the cropped kernel and its new ``zero_lag``.
     """
     K = kernel.shape[-1]
-    lo = torch.sym_max(0, zero_lag - (length - 1))
-    hi = torch.sym_min(K, zero_lag + length)
+    lo = sym_max(0, zero_lag - (length - 1))
+    hi = sym_min(K, zero_lag + length)
     # sizes traced by torch.compile: slice without guarding on whether anything is cut (plain ints: exact test)
     if statically_known_true(lo == 0) and statically_known_true(hi == K):
         return kernel, zero_lag

@@ -1,0 +1,16 @@
+"""One line of the versions that a result depends on: GPU, Python, torch, CUDA, Triton, timm, torchvision (what
+scripts/gpu_check.sh and scripts/check_versions.sh record)."""
+
+import importlib.util
+import sys
+
+import timm
+import torch
+import torchvision
+
+triton = __import__('triton').__version__ if importlib.util.find_spec('triton') else 'absent'
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else 'none visible'
+print(
+    f'gpu {gpu}; python {sys.version.split()[0]}; torch {torch.__version__}; cuda {torch.version.cuda}; '
+    f'triton {triton}; timm {timm.__version__}; torchvision {torchvision.__version__}'
+)
