@@ -44,37 +44,13 @@ def _run(tool: str) -> None:
     sys.exit(status if isinstance(status, int) else 0)
 
 
-def train() -> None:
-    _run('train')
+def _entry(tool: str):
+    def main() -> None:
+        _run(tool)
+
+    main.__name__ = main.__qualname__ = tool
+    main.__doc__ = f'``mrconvnext-{tool}``'
+    return main
 
 
-def validate() -> None:
-    _run('validate')
-
-
-def benchmark() -> None:
-    _run('benchmark')
-
-
-def export() -> None:
-    _run('export')
-
-
-def plot() -> None:
-    _run('plot')
-
-
-def flops() -> None:
-    _run('flops')
-
-
-def digits() -> None:
-    _run('digits')
-
-
-def demo() -> None:
-    _run('demo')
-
-
-def engines() -> None:
-    _run('engines')
+train, validate, benchmark, export, plot, flops, digits, demo, engines = (_entry(tool) for tool in TOOLS)

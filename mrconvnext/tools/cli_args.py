@@ -40,6 +40,13 @@ def _doc(path: str) -> str:
         return ''
 
 
+def _parser(prog: str, path: str) -> argparse.ArgumentParser:
+    """A tool's parser: its console name and, as description, the docstring of ``mrconvnext/<path>``."""
+    return argparse.ArgumentParser(
+        prog=prog, description=_doc(path), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def device(value: str) -> str:
     """``--device``: ``'auto'`` is ``'cuda'`` where a GPU is visible, else ``'cpu'`` (torch imported only here)."""
     if value != 'auto':
@@ -75,11 +82,7 @@ def add_model_source_args(parser: argparse.ArgumentParser, pretrained: bool = Fa
 
 
 def train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=_doc('tools/train.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        prog='mrconvnext-train',
-    )
+    p = _parser('mrconvnext-train', 'tools/train.py')
     p.add_argument('-c', '--config', default='', metavar='FILE', help='YAML file of flag defaults (timm style)')
     p.add_argument('data', nargs='?', metavar='DIR', help='data set root (same as --data-dir)')
     g = p.add_argument_group('Dataset')
@@ -198,11 +201,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def validate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=_doc('tools/validate.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        prog='mrconvnext-validate',
-    )
+    p = _parser('mrconvnext-validate', 'tools/validate.py')
     p.add_argument('data', nargs='?', metavar='DIR', help='data set root (same as --data-dir)')
     p.add_argument('--data-dir', metavar='DIR')
     p.add_argument('--dataset', default='', metavar='NAME', help='timm dataset "<type>/<name>" (default: folder)')
@@ -229,11 +228,7 @@ def validate_parser() -> argparse.ArgumentParser:
 
 
 def benchmark_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=_doc('tools/benchmark.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        prog='mrconvnext-benchmark',
-    )
+    p = _parser('mrconvnext-benchmark', 'tools/benchmark.py')
     p.add_argument('--models', nargs='+', default=None, metavar='NAME[:reparam]', help='first = baseline')
     p.add_argument('--bench', choices=('both', 'inference', 'train'), default='both')
     p.add_argument('-b', '--batch-size', type=int, default=None, help='default: 256 on CUDA, 8 on CPU')
@@ -255,11 +250,7 @@ def benchmark_parser() -> argparse.ArgumentParser:
 
 
 def export_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=_doc('tools/export.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        prog='mrconvnext-export',
-    )
+    p = _parser('mrconvnext-export', 'tools/export.py')
     add_model_source_args(p)
     p.add_argument('--output', '-o', required=True, help='hub directory to write')
     p.add_argument('--no-reparam', action='store_true', help='export the branched model')
@@ -275,9 +266,7 @@ def export_parser() -> argparse.ArgumentParser:
 
 
 def plot_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=_doc('tools/plot.py'), formatter_class=argparse.RawDescriptionHelpFormatter, prog='mrconvnext-plot'
-    )
+    p = _parser('mrconvnext-plot', 'tools/plot.py')
     sub = p.add_subparsers(dest='figure', required=True)
     for name, help_ in (('kernels', 'reparameterized kernels per stage (Fig. 5)'), ('alpha', 'alpha norms (Fig. 3)')):
         q = sub.add_parser(name, help=help_)
@@ -297,11 +286,7 @@ def plot_parser() -> argparse.ArgumentParser:
 
 
 def flops_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog='mrconvnext-flops',
-        description=_doc('tools/flops.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = _parser('mrconvnext-flops', 'tools/flops.py')
     p.add_argument('--models', nargs='+', default=['convnext_tiny', 'mrconvnext_t', 'mrconvnext_t:reparam'])
     p.add_argument('--img-size', type=int, default=224)
     p.add_argument('--results-file', default='', help='CSV or JSON of the rows')
@@ -309,11 +294,7 @@ def flops_parser() -> argparse.ArgumentParser:
 
 
 def digits_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog='mrconvnext-digits',
-        description=_doc('tools/digits.py'),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = _parser('mrconvnext-digits', 'tools/digits.py')
     p.add_argument('root', help='output directory (train/ and val/ are created inside)')
     p.add_argument('--size', type=int, default=32, help='output image size in pixels (default: 32)')
     p.add_argument('--val-fraction', type=float, default=0.2, help='held-out fraction per class (default: 0.2)')
@@ -322,9 +303,7 @@ def digits_parser() -> argparse.ArgumentParser:
 
 
 def demo_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog='mrconvnext-demo', description=_doc('demo.py'), formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = _parser('mrconvnext-demo', 'demo.py')
     p.add_argument('--workdir', default='mrconvnext-demo', help='where data, run, export and results go')
     p.add_argument('--model', default='mrconvnext_atto')
     p.add_argument('--img-size', type=int, default=32)
