@@ -21,8 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _HELP_ALL = """
 import contextlib, io, json, sys
-import pytest
-
 import mrconvnext_cli
 out = {}
 for tool in mrconvnext_cli.TOOLS:
