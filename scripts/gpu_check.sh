@@ -2,7 +2,7 @@
 # The GPU check as one budgeted run: the most decisive numbers first, each step capped by the time left, a failing
 # step logged and the run going on, every step's output written to the results folder as it goes.
 #
-#   bash scripts/gpu_check.sh [--budget SECONDS] [--out DIR] [--models M1,M2,...] [--dry-run]
+#   bash scripts/gpu_check.sh [--budget SECONDS] [--out DIR] [--models M1,M2,...] [--steps 01,02,...] [--dry-run]
 #
 # Steps (NN_name.txt in --out, one line per step in steps.tsv: name, exit status, seconds; summary.md at the end):
 #   01 versions: GPU, driver, torch, CUDA, Triton, timm; `python -m mrconvnext.engines`
@@ -15,6 +15,8 @@
 #   07 the compiled table, one model per process, deployed mrconvnext_t and convnext_tiny first
 # It runs from a checkout (PYTHONPATH) on a machine that has torch, Triton and timm, and installs nothing; without a
 # visible GPU (and without --dry-run) it stops before running anything. Exit status 1 if a step failed.
+# --steps runs only the steps named by number (a second call for what the first one cut); without step 02 every
+# model counts as having passed its smoke.
 # --dry-run: the same steps on the CPU at tiny sizes (atto models, batch 2, 64 px, Triton's interpreter, the
 # benchmarks' byte accounting instead of GPU timing, torch.compile's eager backend), to prove the plumbing before a
 # GPU is spent; tests/tools/test_gpu_check.py runs it.
@@ -24,16 +26,23 @@ budget=540
 out=results/gpu_check
 dry=0
 models=""
+steps=01,02,03,04,05,06,07
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) budget=$2; shift ;;
     --out) out=$2; shift ;;
     --models) models=$2; shift ;;
+    --steps) steps=$2; shift ;;
     --dry-run) dry=1 ;;
-    *) echo "gpu_check: unknown argument $1 (expected --budget S, --out DIR, --models M1,M2, --dry-run)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown argument $1 (expected --budget S, --out DIR, --models M1,M2, --steps 01,..., --dry-run)" >&2
+       exit 2 ;;
   esac
   shift
 done
+for s in ${steps//,/ }; do
+  case $s in 0[1-7]) ;; *) echo "gpu_check: --steps takes step numbers 01 to 07, comma-separated, got '$steps'" >&2; exit 2 ;; esac
+done
+[ -n "${steps//,/}" ] || { echo "gpu_check: --steps is empty" >&2; exit 2; }
 case $budget in ''|*[!0-9]*) echo "gpu_check: --budget takes whole seconds, got '$budget'" >&2; exit 2 ;; esac
 mkdir -p "$out" && out=$(cd "$out" && pwd)  # relative to where it was called from
 cd "$(dirname "$0")/.."
@@ -64,12 +73,15 @@ else
 fi
 IFS=, read -r -a model_list <<< "${models:-$default_models}"
 
+want() { case ,$steps, in *,$1,*) return 0 ;; *) return 1 ;; esac; }
+
 left() { echo $(( budget - ($(date +%s) - start) )); }
 
 # step NAME CAP_SECONDS COMMAND...: runs COMMAND with at most min(CAP, time left) seconds, output to NAME.txt
 step() {
   local name=$1 cap=$2 remaining t0 rc
   shift 2
+  want "${name:0:2}" || return 0
   remaining=$(left)
   if [ "$remaining" -lt 5 ]; then
     printf '%s\tskipped\t0\n' "$name" >> "$out/steps.tsv"
@@ -102,17 +114,21 @@ for m in "${model_list[@]}"; do
   name="02_smoke_${m//[:\/]/_}"
   step "$name" 150 "$PY" -m mrconvnext.tools.benchmark --models "$m" "${size[@]}" --amp --amp-dtype bfloat16 \
     --channels-last --num-warm-iter 1 --num-bench-iter 3 --results-file "$out/smoke/${m//[:\/]/_}.csv"
-  [ "$(tail -n 1 "$out/steps.tsv" | cut -f2)" = 0 ] && passed+=("$m")
+  if ! want 02 || [ "$(tail -n 1 "$out/steps.tsv" | cut -f2)" = 0 ]; then passed+=("$m"); fi
 done
 
 if [ ${#passed[@]} -gt 0 ]; then
   step 03_eager_table 240 "$PY" scripts/bench_gpu.py --modes eager --models "${passed[@]}" "${bench[@]}" \
     --out "$out/eager"
-else
+elif want 03; then
   printf '03_eager_table\tskipped\t0\n' >> "$out/steps.tsv"
 fi
 step 04_dwconv_budget 90 "$PY" scripts/bench_dwconv_gpu.py "${dwconv[@]}" --out "$out"
-step 05_cuda_suite 300 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider tests/cuda -k 'not compile'
+# four workers where pytest-xdist is there: the suite's time is mostly Triton's compiles, on the CPU
+xdist=()
+"$PY" -c 'import xdist' 2> /dev/null && xdist=(-n 4)
+step 05_cuda_suite 300 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider ${xdist[@]+"${xdist[@]}"} tests/cuda \
+  -k 'not compile'
 step 06_ops_talk 120 "$PY" scripts/bench_talk_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
 step 06_ops_dynconv 120 "$PY" scripts/bench_dynconv_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
 step 06_ops_longconv 120 "$PY" scripts/bench_longconv_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"
