@@ -61,6 +61,7 @@ def test_without_a_gpu_it_runs_nothing_and_says_so(tmp_path):
 def test_steps_runs_only_the_named_steps_and_rejects_others(tmp_path):
     steps = _run(tmp_path, '--models', 'convnext_atto', '--steps', '01,04')
     assert steps == {'01_versions': '0', '04_dwconv_budget': '0'}, steps
-    proc = subprocess.run(['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), '--steps', '01,8'], text=True,
-                          capture_output=True)
+    proc = subprocess.run(
+        ['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), '--steps', '01,8'], text=True, capture_output=True
+    )
     assert proc.returncode == 2 and "got '01,8'" in proc.stderr, proc.stderr
