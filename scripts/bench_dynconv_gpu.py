@@ -81,8 +81,8 @@ class _Kernel(torch.nn.Module):
 
     def __init__(self, layer, x):
         super().__init__()
-        with torch.no_grad():
-            self.logits = layer.logits(x.flatten(2).to(torch.bfloat16))
+        with torch.no_grad(), torch.autocast('cuda', dtype=torch.bfloat16):  # the logits as the model makes them
+            self.logits = layer.logits(x.flatten(2))
         self.K = layer.kernel_size
 
     def forward(self, x):

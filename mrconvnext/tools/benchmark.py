@@ -137,6 +137,37 @@ def _time(fn, device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def _profile(fn, device: torch.device, top: int) -> list[str]:
+    """One call of ``fn`` under torch's profiler: its total device (CUDA) or CPU self time, kernel launches, and the
+    ``top`` kernels and the ``top`` operators (time including their children) that took longest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == 'cuda'
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+    events = prof.key_averages()
+    if cuda:
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        self_ms, total_ms = (lambda e: e.self_device_time_total / 1e3), (lambda e: e.device_time_total / 1e3)
+    else:
+        kernels = [e for e in events if e.key.startswith('aten::')]
+        self_ms, total_ms = (lambda e: e.self_cpu_time_total / 1e3), (lambda e: e.cpu_time_total / 1e3)
+    ops = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and '::' in e.key]
+    total = sum(self_ms(e) for e in kernels)
+    lines = [
+        f'  {total:.2f} ms in {sum(e.count for e in kernels)} kernels' if cuda else f'  {total:.2f} ms of aten ops'
+    ]
+    lines += ['  top kernels (self ms, calls):' if cuda else '  top aten ops (self ms, calls):']
+    for e in sorted(kernels, key=self_ms, reverse=True)[:top]:
+        lines.append(f'    {self_ms(e):9.3f} {e.count:6d}  {e.key[:100]}')
+    lines += ['  top operators (ms including what they call, calls):']
+    for e in sorted(ops, key=total_ms, reverse=True)[:top]:
+        lines.append(f'    {total_ms(e):9.3f} {e.count:6d}  {e.key[:100]}')
+    return lines
+
+
 def _spread_pct(times: list[float]) -> float:
     if len(times) < 2:
         return 0.0
@@ -274,6 +305,11 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 e.infer_times.append(_time(e.infer_step, device))
             if e.train_step:
                 e.train_times.append(_time(e.train_step, device))
+
+    for e in entries if args.profile else []:
+        for kind, step in (('eval', e.infer_step), ('training step', e.train_step)):
+            if step:
+                print(f'\nprofile of {e.spec}, one {kind}:\n' + '\n'.join(_profile(step, device, args.profile)))
 
     rows: list[dict[str, Any]] = []
     for e in entries:

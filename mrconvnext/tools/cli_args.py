@@ -243,6 +243,13 @@ def benchmark_parser() -> argparse.ArgumentParser:
     p.add_argument('--torchcompile', nargs='?', default=None, const='inductor', help='torch.compile backend')
     p.add_argument('--threads', type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocesses')
+    p.add_argument(
+        '--profile',
+        type=int,
+        default=0,
+        metavar='TOP',
+        help='after timing, profile one step per model and log its TOP kernels and operators',
+    )
     p.add_argument('--results-file', default='benchmark.csv', help="CSV or JSON ('' to skip)")
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--memory-worker', default=None, help=argparse.SUPPRESS)

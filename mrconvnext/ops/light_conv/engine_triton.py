@@ -16,7 +16,7 @@ Backward, one kernel over the same blocks and one loop over the taps: ``dx[s] = 
 (the weights recomputed at the shifted positions from the logits and the saved log-sum-exp) and
 ``v_k = drop_k sum_{c in h} g[t, c] x[t - lag_k, c]`` reduced over a head's channels in registers; a second loop over
 the taps makes the softmax's gradient ``dlogits_k = p_k (v_k - sum_j p_j v_j)`` (``v_k`` kept in between in an
-accumulation-dtype buffer, ``dlogits`` itself where that is its dtype). Accumulation in float32 (float64 for
+accumulation-dtype buffer of its own). Accumulation in float32 (float64 for
 float64 operands); no atomics, deterministic.
 
 LightConv (``light_conv_triton``) runs the same kernels with weights ``(H, K)`` shared by every position (``SHARED``:
@@ -276,15 +276,17 @@ def dynamic_conv_triton_backward(
     dlg = torch.empty((B, L, H, K), dtype=logits.dtype, device=x.device) if need_dlogits else logits.new_empty(0)
     if x.numel() == 0 or not (need_dx or need_dlogits):
         return dx, dlg
-    # v_k between the two tap loops: in the accumulation dtype (dlogits itself where that is its dtype)
-    vbuf = dlg if (dlg.dtype == acc or not (softmax and need_dlogits)) else torch.empty_like(dlg, dtype=acc)
+    # v_k between the two tap loops, in the accumulation dtype. Never dlogits itself, even where the dtypes agree: a
+    # kernel argument written through two aliases is cloned once per alias when torch.compile functionalizes it, and
+    # the copies back then leave v_k in dlogits (seen on an H200: opcheck's aot_dispatch gradients).
     lg = logits.contiguous()
+    vbuf = torch.empty_like(dlg, dtype=acc) if softmax and need_dlogits else lg
     dr = drop.contiguous() if drop is not None else lg
     blocks = block_sizes(H, C // H, K)
     del blocks['BLOCK_K']
     wrap_triton(dynamic_conv_bwd_jit)[_grid(B, L, H, blocks)](
         grad_y, x, lg, dr, lse if softmax else lg, dx if need_dx else lg, dlg if need_dlogits else lg,
-        vbuf if need_dlogits else lg, L, C, H, C // H, K, zero_lag, *x.stride(), *grad_y.stride(),
+        vbuf, L, C, H, C // H, K, zero_lag, *x.stride(), *grad_y.stride(),
         SOFTMAX=softmax, HAS_DROP=drop is not None, SHARED=False, NEED_DX=need_dx, NEED_DW=need_dlogits,
         ACC_F64=acc == torch.float64, **blocks,
     )  # fmt: skip
