@@ -101,7 +101,8 @@ step() {
 versions() {
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; fi
   "$PY" scripts/versions.py
-  "$PY" -m mrconvnext.engines
+  # the report would build the native CPU kernels to say what the CPU runs (40 s of the H200 run of 2026-11-26)
+  MRCONVNEXT_DISABLE_NATIVE=1 "$PY" -m mrconvnext.engines
 }
 
 export -f versions
