@@ -1,0 +1,195 @@
+"""scripts/gpu_cost.py: exact bytes, FLOPs, launches and live memory for cases computed by hand, a backward walk that
+gives autograd's gradients, and a whole model counted on fake CUDA tensors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .conftest import REPO
+
+_spec = importlib.util.spec_from_file_location('gpu_cost', REPO / 'scripts' / 'gpu_cost.py')
+gpu_cost = importlib.util.module_from_spec(_spec)
+sys.modules['gpu_cost'] = gpu_cost  # its dataclasses look their module up
+_spec.loader.exec_module(gpu_cost)
+
+
+def _count(fn) -> list:
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        with counter:
+            fn()
+    return [(c.name, c.read, c.written, c.flops, c.unit) for c in counter.calls]
+
+
+def test_a_matmul_counts_its_operands_once_and_2mnk_flops():
+    def run(dtype):
+        a = torch.randn(64, 128, device='cuda', dtype=dtype)
+        b = torch.randn(128, 32, device='cuda', dtype=dtype)
+        return a @ b
+
+    calls = _count(lambda: run(torch.bfloat16))
+    mm = [c for c in calls if c[0] == 'aten::mm']
+    # read A (64*128) and B (128*32) in 2 bytes, write 64*32 in 2 bytes; 2*64*128*32 FLOPs on tensor cores
+    assert mm == [('aten::mm', 64 * 128 * 2 + 128 * 32 * 2, 64 * 32 * 2, 2 * 64 * 128 * 32, 'tensor')]
+    assert [c for c in _count(lambda: run(torch.float32)) if c[0] == 'aten::mm'][0][-1] == 'simt'
+
+
+def test_a_depthwise_conv_under_autocast_forward_and_backward():
+    """A (2, 8, 10, 10) float32 channels-last map through a 7x7 depthwise conv under bf16 autocast: autocast's two
+    casts, the conv at the grouped-conv rate, and a backward whose FLOPs are twice the forward's (torch's own formula ignores
+    groups and would give 8 times that)."""
+    B, C, S, K = 2, 8, 10, 7
+    n = B * C * S * S
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        x = torch.randn(B, C, S, S, device='cuda').contiguous(memory_format=torch.channels_last).requires_grad_()
+        w = torch.randn(C, 1, K, K, device='cuda', requires_grad=True)
+        with counter:
+            gpu_cost._autocast_cuda(True)
+            try:
+                y = F.conv2d(x, w, padding=K // 2, groups=C)
+            finally:
+                gpu_cost._autocast_cuda(False)
+            root, g = y.grad_fn, torch.ones_like(y)
+            del y
+            gpu_cost.walk_backward(root, g)
+    calls = [(c.name, c.read, c.written, c.flops, c.unit) for c in counter.calls]
+    fwd_flops = 2 * n * K * K
+    casts = [c for c in calls if c[0] == 'aten::_to_copy']
+    assert sorted(casts[:2]) == [  # autocast casts the weight, then the input
+        ('aten::_to_copy', C * K * K * 4, C * K * K * 2, 0, 'simt'),
+        ('aten::_to_copy', n * 4, n * 2, 0, 'simt'),
+    ]
+    conv = [c for c in calls if c[0] == 'aten::convolution']
+    assert conv == [('aten::convolution', n * 2 + C * K * K * 2, n * 2, fwd_flops, 'grouped')]
+    (bwd,) = [c for c in calls if c[0] == 'aten::convolution_backward']
+    # reads grad_out, x, w; writes grad_x and grad_w (bf16); both gradients asked for
+    assert bwd == ('aten::convolution_backward', n * 2 * 2 + C * K * K * 2, n * 2 + C * K * K * 2, 2 * fwd_flops,
+                   'grouped')  # fmt: skip
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
+    """Counted in a process of its own: this suite's Triton interpreter would run the kernel on the fake tensors."""
+    pytest.importorskip('triton')
+    script = REPO / 'scripts' / 'gpu_cost.py'
+    code = (
+        'import importlib.util, json, sys, torch\n'
+        'from torch._subclasses.fake_tensor import FakeTensorMode\n'
+        f'spec = importlib.util.spec_from_file_location("gpu_cost", {str(script)!r})\n'
+        'gpu_cost = importlib.util.module_from_spec(spec)\n'
+        'sys.modules["gpu_cost"] = gpu_cost\n'
+        'spec.loader.exec_module(gpu_cost)\n'
+        'from mrconvnext.ops.light_conv import engine_triton\n'
+        'counter = gpu_cost.OpCounter()\n'
+        'with FakeTensorMode():\n'
+        '    x, logits = torch.randn(2, 20, 8, device="cuda"), torch.randn(2, 20, 2, 5, device="cuda")\n'
+        '    with counter:\n'
+        '        engine_triton.dynamic_conv_triton(x, logits, None, 2, True)\n'
+        'print(json.dumps([[c.name, c.read, c.written, c.flops, c.unit] for c in counter.calls]))\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # x (2, 20, 8) and logits (2, 20, 2, 5) float32 in; y (2, 20, 8) and the log-sum-exp (2, 20, 2) float32 out; its
+    # registered formula: 2 FLOPs per tap that reads inside the sequence, lags -2..2 over 20 positions reading
+    # 18 + 19 + 20 + 19 + 18 = 94 of them per channel, for 2 images of 8 channels
+    expected = [['mrconvnext::dynamic_conv_triton', (320 + 400) * 4, (320 + 80) * 4, 2 * 94 * 2 * 8, 'simt']]
+    assert json.loads(proc.stdout.splitlines()[-1]) == expected
+
+
+def test_peak_memory_follows_the_storages_that_are_alive():
+    counter = gpu_cost.OpCounter()
+    mib = 2**20
+    with FakeTensorMode():
+        a = torch.empty(mib // 4, device='cuda')  # 1 MiB, allocated before counting: tracked by hand
+        counter.track(a)
+        with counter:
+            b = a + 1  # 2 MiB alive
+            del a
+            c = b + 1  # a is gone: 2 MiB again
+            d = c.view(-1)  # a view allocates nothing
+            e = torch.cat([b, d])  # 2 MiB more: 4 MiB
+    assert counter.peak == 4 * mib and e.numel() == mib // 2
+
+
+def test_the_backward_walk_gives_autograd_s_gradients():
+    """On real CPU tensors: a block with a LayerNorm, a GELU MLP, a broadcast bias and a custom autograd Function
+    with a non-tensor argument, walked by hand against torch.autograd.grad in float64."""
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k: int, w):
+            ctx.save_for_backward(x, w)
+            ctx.k = k
+            return x * w * k
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            return g * w * ctx.k, None, (g * x * ctx.k).sum(0)
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 6, dtype=torch.float64, requires_grad=True)
+    w1 = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    w2 = torch.randn(12, dtype=torch.float64, requires_grad=True)
+
+    def loss():
+        h = F.gelu(F.layer_norm(x, (6,)) @ w1 + bias)
+        return (Scale.apply(h, 3, w2) ** 2).sum()
+
+    expected = torch.autograd.grad(loss(), (x, w1, bias, w2))
+    out = loss()
+    root = out.grad_fn
+    del out
+    gpu_cost.walk_backward(root, torch.ones((), dtype=torch.float64))
+    for leaf, ref in zip((x, w1, bias, w2), expected):
+        torch.testing.assert_close(leaf.grad, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_a_training_step_of_a_model_on_fake_cuda():
+    """convnext_atto: a training step does about three times the forward's FLOPs (each matmul and conv has two
+    gradients; the stem's input needs none), peak memory above the eval's, and the modeled time grows with both."""
+    pytest.importorskip('timm')
+    eval_step = gpu_cost.count_step('convnext_atto', train=False, batch=4, img_size=64)
+    train_step = gpu_cost.count_step('convnext_atto', train=True, batch=4, img_size=64)
+    ratio = train_step.flops / eval_step.flops
+    assert 2.9 < ratio <= 3.0, ratio
+    assert train_step.peak_bytes > eval_step.peak_bytes > 0
+    assert train_step.launches > 2 * eval_step.launches
+    assert gpu_cost.model_time(train_step) > gpu_cost.model_time(eval_step) > 0
+    assert all(not c.name.startswith('mrconvnext::') or 'triton' in c.name for c in train_step.calls)
+    assert math.isclose(gpu_cost.StepCost.from_json(train_step.to_json()).bytes, train_step.bytes)
+
+
+def test_the_time_model_is_the_slower_of_memory_and_arithmetic_on_a_device_fed_by_the_host():
+    spec = gpu_cost.GPUS['h100']
+    memory_bound = gpu_cost.Call('aten::add', 10**9, 10**9, 0, 'simt')
+    compute_bound = gpu_cost.Call('aten::mm', 10**6, 10**6, 10**15, 'tensor')
+    tiny = gpu_cost.Call('aten::add', 4, 4, 0, 'simt')
+    eff, issue, gap = 0.5, 8e-6, gpu_cost.GAP_S
+    big = 2e9 / (spec['bandwidth'] * eff) + gap
+    assert gpu_cost.device_time(memory_bound, 'h100', eff) == pytest.approx(big)
+    assert gpu_cost.device_time(compute_bound, 'h100', eff) == pytest.approx(1e15 / spec['tensor'] + gap)
+    small = gpu_cost.device_time(tiny, 'h100', eff)
+    # ten tiny ops alone: the host's issue time; behind a large op they are issued while it runs and cost only
+    # their device time; the closed form agrees with the step-by-step timeline
+    alone = gpu_cost.StepCost('m', 'eval', 1, [tiny] * 10)
+    behind = gpu_cost.StepCost('m', 'eval', 1, [memory_bound] + [tiny] * 10)
+    assert gpu_cost.model_time(alone, 'h100', eff, issue) == pytest.approx(10 * issue + small)
+    assert gpu_cost.model_time(behind, 'h100', eff, issue) == pytest.approx(issue + big + 10 * small)
+    for step in (alone, behind):
+        assert sum(gpu_cost.timeline(step, 'h100', eff, issue)) == pytest.approx(
+            gpu_cost.model_time(step, 'h100', eff, issue)
+        )
