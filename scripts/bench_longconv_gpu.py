@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from _bench import fake_cuda_autocast  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -91,25 +92,14 @@ class _Bytes(TorchDispatchMode):
         return out
 
 
-def _autocast_cuda(enabled: bool) -> None:
-    # torch.autocast('cuda') turns itself off without a visible GPU; fake CUDA tensors need the state set directly
-    torch.set_autocast_enabled('cuda', enabled)
-    if enabled:
-        torch.set_autocast_dtype('cuda', torch.bfloat16)
-
-
 def _count(engine: str, C: int, H: int, batch: int) -> tuple[int, int]:
     """``(bytes, flops)`` of one stage's mixer on fake CUDA tensors under bf16 autocast."""
     with FakeTensorMode():
         run = _case(engine, C, H, 'cuda')
         x = torch.randn(batch, C, H, H, device='cuda').to(memory_format=torch.channels_last)
         counter, flops = _Bytes(), FlopCounterMode(display=False)
-        _autocast_cuda(True)
-        try:
-            with torch.no_grad(), flops, counter:
-                run(x)
-        finally:
-            _autocast_cuda(False)
+        with fake_cuda_autocast(), torch.no_grad(), flops, counter:
+            run(x)
     return counter.bytes, flops.get_total_flops()
 
 

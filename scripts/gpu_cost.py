@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import heapq
 import json
 import math
 import platform
@@ -49,32 +50,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
+for _path in (ROOT, ROOT / 'scripts'):  # run from a checkout without installing the package; scripts/_bench.py
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _bench import fake_cuda_autocast  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils.flop_counter import flop_registry  # noqa: E402
 
-# Datasheet peaks (SXM parts; the matmul peak is the bf16 rate measured on these machines, KINDS.md); what the
-# kernels achieve of the bandwidth is the fitted efficiency
-# Grouped and depthwise convolutions run on CUDA cores far under their peak: the rate is the one measured for
-# convnext_tiny's 7x7 depthwise convs (forward, dgrad and wgrad; docs/gpu/h200_2026-11-26, step 04): 80.8 GFLOP in
-# 9.91 ms. The H100 has the same multiprocessors and clocks.
+# Bandwidths: the datasheets' (SXM parts); what the kernels achieve of them is the fitted efficiency. Tensor cores:
+# the bf16 rate measured for an 8192^3 matmul on random data on this workplace's H100 and H200 (798 and 788
+# TFLOP/s). CUDA cores: the datasheets' fp32 rate. Grouped and depthwise convolutions run far under it: their rate is
+# the one measured for convnext_tiny's 7x7 depthwise convs (forward, dgrad and wgrad; docs/gpu/h200_2026-11-26,
+# step 04): 80.8 GFLOP in 9.91 ms. The H100 has the same multiprocessors and clocks.
 GROUPED_CONV_FLOPS = 8.2e12
 GPUS = {
     'h100': dict(bandwidth=3.35e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS),
     'h200': dict(bandwidth=4.8e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS),
 }
 UNITS = ('simt', 'tensor', 'fp64', 'grouped')
-GAP_S = 1.5e-6
-TRUST = (
-    0.20  # a predicted ratio within 20 % of the measured one (issue 39)  # between back-to-back kernels on the device
-)
-# fitted by --calibrate on docs/gpu/h100_models_eager.md (f100e2a); see docs/gpu/cost-model.md
+GAP_S = 1.5e-6  # between back-to-back kernels on the device
+TRUST = 0.20  # a predicted ratio within 20 % of the measured one is trusted (issue 39)
+# fitted by --calibrate on docs/gpu/h100_models_eager.csv (f100e2a); see docs/gpu/cost-model-calibration.md
 EFFICIENCY = 0.375
 ISSUE_S = 7e-6
 FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconvnext_t', 'talkconvnext2d_t']
@@ -83,6 +84,8 @@ _FREE = {'aten::detach', 'aten::_unsafe_view', 'prim::device', 'aten::lift_fresh
 _FREE |= {'aten::empty_strided', 'aten::empty_like', 'aten::new_empty', 'aten::new_empty_strided', 'aten::set_'}
 _TENSOR_UNIT = {'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm', 'aten::_scaled_mm', 'aten::addbmm'}
 _CONV = {'aten::convolution', 'aten::convolution_backward', 'aten::_convolution'}
+_WRITE_ONLY = {'aten::copy_', 'aten::fill_', 'aten::zero_', 'aten::zeros_like', 'aten::ones_like', 'aten::full_like'}
+_WRITE_ONLY |= {'aten::empty_like', 'aten::rand_like', 'aten::randn_like', 'aten::normal_', 'aten::uniform_'}
 
 
 @dataclass
@@ -97,7 +100,8 @@ class Call:
 
 
 def span_bytes(t: torch.Tensor) -> int:
-    """Bytes a tensor's elements occupy, each addressed element once (stride-0 dimensions count once)."""
+    """Bytes a tensor's elements occupy: its elements, a stride-0 (expanded) dimension counted once (overlapping
+    strides, as from ``unfold``, are counted as if they did not overlap)."""
     n = 1
     for size, stride in zip(t.shape, t.stride()):
         n *= size if stride != 0 else min(size, 1)
@@ -117,7 +121,7 @@ def _tensors(tree) -> list[torch.Tensor]:
 def _is_triton_op(qualname: str) -> bool:
     from torch._library import triton
 
-    return qualname in getattr(triton, 'triton_ops_to_kernels', {}) or qualname.split('::')[-1].find('triton') >= 0
+    return qualname in triton.triton_ops_to_kernels
 
 
 def _cuda_impl(qualname: str):
@@ -179,9 +183,9 @@ class OpCounter(TorchDispatchMode):
         if func.is_view or name in _FREE:
             return out
         groups = args[9 if name == 'aten::convolution_backward' else 8] if name in _CONV else 1
-        if name == 'aten::convolution_backward':
-            # torch's formula ignores groups (a depthwise conv's backward comes out C times too large): each gradient
-            # asked for costs the forward's 2 * outputs * (inputs per group * taps)
+        if name == 'aten::convolution_backward' and groups > 1 and not args[7]:
+            # torch's formula counts a grouped conv's weight gradient as if it were dense (C times too much for a
+            # depthwise conv); each gradient asked for costs the forward's 2 * outputs * (inputs per group * taps)
             grad_out, weight, mask = args[0], args[2], args[10]
             flops = 2 * grad_out.numel() * (weight.numel() // weight.shape[0]) * (int(mask[0]) + int(mask[1]))
         else:
@@ -195,21 +199,18 @@ class OpCounter(TorchDispatchMode):
             unit = 'tensor'
         elif any(t.dtype == torch.float64 for t in outs):
             unit = 'fp64'
-        read = sum(span_bytes(t) for t in _tensors((args, kwargs)))
+        # a destination that is only written (copy_, fill_, out=) or a template whose data is unused (zeros_like)
+        # is not read
+        sources = (args[1:], {k: v for k, v in kwargs.items() if k != 'out'}) if name in _WRITE_ONLY else (args, kwargs)
+        read = sum(span_bytes(t) for t in _tensors(sources) if 'out' not in kwargs or t is not kwargs['out'])
         self.calls.append(Call(name, read, sum(span_bytes(t) for t in outs), flops, unit))
         return out
 
 
-def _autocast_cuda(enabled: bool) -> None:
-    # torch.autocast('cuda') turns itself off without a visible GPU; fake CUDA tensors need the state set directly
-    torch.set_autocast_enabled('cuda', enabled)
-    if enabled:
-        torch.set_autocast_dtype('cuda', torch.bfloat16)
-
-
 @torch.no_grad()  # as the engine runs a backward without create_graph: the gradients record no graph
 def walk_backward(root, grad: torch.Tensor) -> None:
-    """Backward from ``root`` (a loss's ``grad_fn``) by calling each autograd node in dependency order; leaf
+    """Backward from ``root`` (a loss's ``grad_fn``) by calling each autograd node in dependency order (among the
+    ready ones, the latest created first); leaf
     gradients go to ``.grad``. The caller drops its own references to the graph first, so that each node (and what
     it saved) is freed once it has run, as the engine frees it."""
     deps: dict[int, int] = defaultdict(int)
@@ -223,10 +224,10 @@ def walk_backward(root, grad: torch.Tensor) -> None:
                     seen.add(id(nxt))
                     stack.append(nxt)
     pending: dict[int, tuple] = {id(root): (root, [grad])}
-    ready = [id(root)]
+    ready = [(0, id(root))]  # a heap: the latest-created node first, as the engine orders a CPU graph task
     del stack, seen, root, grad  # the graph now lives only in `pending`: what has run is freed
     while ready:
-        node, grads = pending.pop(ready.pop())
+        node, grads = pending.pop(heapq.heappop(ready)[1])
         if type(node).__name__ == 'AccumulateGrad':
             var = node.variable
             var.grad = grads[0] if var.grad is None else var.grad + grads[0]
@@ -235,8 +236,9 @@ def walk_backward(root, grad: torch.Tensor) -> None:
         if isinstance(node, torch.autograd.function.BackwardCFunction):
             # a Python autograd.Function: one gradient per forward input, where the engine keeps one edge per tensor
             # input; the inputs that need a gradient are those with a live edge, in the same order
-            zeros = [torch.zeros(m.shape, dtype=m.dtype, device=m.device) for m in node._input_metadata]
-            outs = node.apply(*[g if g is not None else z for g, z in zip(grads, zeros)])
+            metas = node._input_metadata
+            outs = node.apply(*[g if g is not None else torch.zeros(m.shape, dtype=m.dtype, device=m.device)
+                                for g, m in zip(grads, metas)])  # fmt: skip
             outs = outs if isinstance(outs, tuple) else (outs,)
             edges = [e for e in edges if e[0] is not None]
             outs = [g for g, need in zip(outs, node.needs_input_grad) if need]
@@ -261,7 +263,7 @@ def walk_backward(root, grad: torch.Tensor) -> None:
                 buf[slot] = g if buf[slot] is None else buf[slot] + g
             deps[key] -= 1
             if deps[key] == 0:
-                ready.append(key)
+                heapq.heappush(ready, (-nxt._sequence_nr(), key))
         del node, grads, outs, edges
 
 
@@ -347,13 +349,9 @@ def count_step(spec: str, train: bool, batch: int = 128, img_size: int = 224) ->
         y = torch.randint(0, 1000, (batch,), device='cuda')
         counter.track(x)
         with counter:
-            _autocast_cuda(True)
-            try:
-                with torch.set_grad_enabled(train):
-                    out = model(x)
-                    loss = torch.nn.functional.cross_entropy(out, y) if train else None
-            finally:
-                _autocast_cuda(False)
+            with fake_cuda_autocast(), torch.set_grad_enabled(train):
+                out = model(x)
+                loss = torch.nn.functional.cross_entropy(out, y) if train else None
             del out
             if train:
                 root, ones = loss.grad_fn, torch.ones_like(loss)
@@ -536,15 +534,18 @@ its FLOPs at its unit's rate, on a device fed by a host that issues one op every
   the formula leaves out are not seen. TaLK's plane kernels (stages 3-4) and its 2-D backward are where this
   matters: the model predicts `talkconvnext2d_t` at about half its measured time;
 - **kernels far off the roofline**: one memory efficiency serves every op. On the H200 profile of the branched
-  `mrconvnext_t` step, gathers (`index`, 233 ms) and scatters (`index_add_`, 114 ms) ran at a third of it or less,
-  the fold's batched matmuls in 32x32 tiles far under the tensor-core rate, and LayerNorm over 96 channels at a
-  seventh of the bandwidth (4.5 ms of convnext_tiny's 15.9 ms eval). Grouped and depthwise convolutions take the rate
-  measured for cuDNN's 7x7 depthwise kernels (8.2 TFLOP/s), a measured constant, not a fitted one;
+  `mrconvnext_t` step, gathers (`index`, 233 ms) and scatters (`index_add_`, 114 ms) ran at a third of it or less
+  and the fold's batched matmuls in 32x32 tiles far under the tensor-core rate; convnext_tiny's LayerNorms took
+  4.5 ms of its 15.9 ms eval, a seventh of the bandwidth. Grouped and depthwise convolutions take the rate measured
+  for cuDNN's 7x7 depthwise kernels (8.2 TFLOP/s), a measured constant, not a fitted one;
 - **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels.
 
-So the model is trusted only for the rows whose predicted ratio fell within 20 % of the measured one in
-`cost-model-calibration.md` (in bold there where it did not), and elsewhere it is a lower bound on the time of
-this package's engines (every miss above makes the real kernels slower, not faster).
+Trust it only where a row's predicted ratio fell within 20 % of the measured one on both cards in
+`cost-model-calibration.md` (the misses are in bold there): so far convnext_tiny and DynamicConv-T. The MRConv rows
+met it on the H100 (the FFT engine of f100e2a) and missed it by half on the H200 (today's row-DFT / Toeplitz engines
+and the BatchNorm fold, whose gathers, scatters and small matmuls run far under the one efficiency); TaLK and
+LightConv missed on both. Misses go both ways: the model over-predicted the H100 training steps of convnext_tiny
+(+28 %) and of the old DynamicConv (+53 %), and under-predicted every engine whose kernels run off the roofline.
 """
 
 

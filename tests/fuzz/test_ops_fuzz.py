@@ -83,6 +83,7 @@ def test_long_conv1d(B, C, L, K_extra, lag_frac, N, method, engine, layout, with
     seed=st.integers(0, 2**32 - 1),
 )
 @example(B=2, C=2, L=2, N=2, K=2, mean=-1000.0, spread=0.01, layout='channels_last', seed=1)  # once too strict
+@example(B=1, C=1, L=2, N=1, K=1, mean=-1000.0, spread=1.0, layout='contiguous', seed=1_747_820_724)  # likewise
 def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, spread, layout, seed):
     torch.manual_seed(seed)  # drawn by hypothesis, so a failing example replays with the same tensors
     x = _layout((torch.randn(B, C, L, dtype=torch.float64) * spread + mean).float(), layout).requires_grad_()
@@ -106,7 +107,11 @@ def test_branch_conv_bn_sum_large_means_short_kernels(B, C, L, N, K, mean, sprea
     # when B * L is small (the fuzzer found B = L = 2, mean -1000, spread 1e-2: 1.9e-5 off, within 1.2e-7 * |z|).
     z_ulp = 1.2e-7 * float(zd.abs().max())
     torch.testing.assert_close(m.double(), zd.mean((0, 3)), rtol=1e-5, atol=1e-5 * spread + z_ulp)
-    torch.testing.assert_close(v.double(), zd.var((0, 3), unbiased=False), rtol=1e-3 + 40 * rounding, atol=1e-9)
+    # and the variance moves by up to 2 sqrt(v) z_ulp + z_ulp^2 with them: when the few outputs happen to lie close
+    # together (the fuzzer found B = 1, L = 2, mean -1000, spread 1, v = 2e-7) that is far above rtol * v
+    v_ref = zd.var((0, 3), unbiased=False)
+    v_atol = 1e-9 + 2 * float(v_ref.max()) ** 0.5 * z_ulp + z_ulp**2
+    torch.testing.assert_close(v.double(), v_ref, rtol=1e-3 + 40 * rounding, atol=v_atol)
     g = torch.randn_like(ry)
     (gx,) = torch.autograd.grad(y, x, g.float())
     (rgx,) = torch.autograd.grad(ry, xr, g)
