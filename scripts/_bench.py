@@ -25,7 +25,6 @@ Inside a worker, :func:`measure` runs ``case['warmup']`` untimed calls, then one
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
@@ -44,20 +43,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
 MEMORY_ENV = {'MALLOC_MMAP_THRESHOLD_': '131072'}
-
-
-@contextlib.contextmanager
-def fake_cuda_autocast(dtype=None):
-    """CUDA autocast (bf16 unless ``dtype``) for fake CUDA tensors: ``torch.autocast('cuda')`` turns itself off
-    without a visible GPU, so the state is set directly, and reset on the way out."""
-    import torch
-
-    torch.set_autocast_enabled('cuda', True)
-    torch.set_autocast_dtype('cuda', dtype or torch.bfloat16)
-    try:
-        yield
-    finally:
-        torch.set_autocast_enabled('cuda', False)
 
 
 # --------------------------------------------------------------------------------------------- worker side
