@@ -1,0 +1,158 @@
+"""Exported models in ONNX Runtime on the CPU, side by side with timm's ConvNeXt of the same size.
+
+    python scripts/bench_onnx.py                                  # the atto models, batch 1 and 8, 2 threads
+    python scripts/bench_onnx.py --sizes atto t --out docs/deploy # and the T models, results written to docs/deploy
+
+Each model is built for ``--img-size`` (224: the nominal size), reparameterized (timm's ``reparameterize_model``: one long kernel per
+MRConv mixer), exported as ``mrconvnext-export --onnx`` exports it (``mrconvnext.tools.export.export_onnx``,
+opset 18), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
+two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads; the
+models are timed in interleaved rounds (each round times one batch of every model, in a rotating order, so load
+changes on a shared machine hit all alike) after two warm-up runs; reported are the medians, the ratios of
+throughput to the ConvNeXt of the same size, the export time and the number of ONNX nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
+
+import torch  # noqa: E402
+from _bench import write_csv  # noqa: E402
+
+FAMILIES = ('mrconvnext', 'talkconvnext', 'talkconvnext2d', 'lightconvnext', 'dynconvnext')
+BASELINE = {'atto': 'convnext_atto', 't': 'convnext_tiny'}
+SUFFIX = {'atto': 'atto', 't': 't'}
+
+
+def _session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+
+
+def export_case(name: str, folder: Path, img_size: int, threads: int) -> dict:
+    """Build, reparameterize, export and check one model; the row without timings, plus its session."""
+    import onnx
+    import timm
+    from timm.utils import reparameterize_model
+
+    import mrconvnext  # noqa: F401 - registers the models
+    from mrconvnext.tools.export import export_onnx
+
+    torch.manual_seed(0)
+    extra = {} if name in BASELINE.values() else {'img_size': img_size}  # the mixers' kernels fit their map
+    model = reparameterize_model(timm.create_model(name, pretrained=False, **extra).eval())
+    path = folder / f'{name}.onnx'
+    x = torch.randn(2, 3, img_size, img_size)
+    t0 = time.perf_counter()
+    export_onnx(model, path, x)
+    export_s = time.perf_counter() - t0
+    session = _session(path, threads)
+    check = torch.randn(2, 3, img_size, img_size)
+    y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: check.numpy()})[0]).double()
+    with torch.no_grad():
+        ref = model(check).double()
+    graph = onnx.load(str(path)).graph
+    return dict(
+        model=name, img_size=img_size, export_s=round(export_s, 1), rel_error=float((y - ref).norm() / ref.norm()),
+        nodes=len(graph.node), mb=round(path.stat().st_size / 2**20, 1), session=session,
+    )  # fmt: skip
+
+
+def run(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--sizes', nargs='+', default=['atto'], choices=sorted(BASELINE))
+    p.add_argument('--families', nargs='+', default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument('--batches', nargs='+', type=int, default=[1, 8])
+    p.add_argument('--img-size', type=int, default=224)
+    p.add_argument('--threads', type=int, default=2, help='ONNX Runtime intra-op threads')
+    p.add_argument('--rounds', type=int, default=5, help='timed interleaved rounds')
+    p.add_argument('--out', default='', help='folder for onnx_cpu.{csv,md} (default: print only)')
+    args = p.parse_args(argv)
+    import numpy as np
+    import onnxruntime as ort
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            for name in [BASELINE[size]] + [f'{f}_{SUFFIX[size]}' for f in args.families]:
+                print(f'exporting {name} ...', file=sys.stderr, flush=True)
+                rows.append(export_case(name, Path(tmp), args.img_size, args.threads))
+        rng = np.random.default_rng(0)
+        inputs = {b: rng.standard_normal((b, 3, args.img_size, args.img_size), dtype=np.float32) for b in args.batches}
+        times: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
+        for row in rows:  # warm-up
+            for b in args.batches:
+                for _ in range(2):
+                    row['session'].run(None, {row['session'].get_inputs()[0].name: inputs[b]})
+        for r in range(args.rounds):
+            print(f'round {r + 1}/{args.rounds}', file=sys.stderr, flush=True)
+            order = list(range(len(rows)))
+            order = order[r % len(order) :] + order[: r % len(order)]
+            for i in order:
+                session = rows[i]['session']
+                for b in args.batches:
+                    t0 = time.perf_counter()
+                    session.run(None, {session.get_inputs()[0].name: inputs[b]})
+                    times[i, b].append(time.perf_counter() - t0)
+    for i, row in enumerate(rows):
+        del row['session']
+        for b in args.batches:
+            row[f'b{b}_ms'] = round(1e3 * statistics.median(times[i, b]), 2)
+    for row in rows:
+        size = next(s for s in args.sizes if row['model'].endswith(SUFFIX[s]) or row['model'] == BASELINE[s])
+        base = next(r for r in rows if r['model'] == BASELINE[size])
+        for b in args.batches:
+            row[f'b{b}_ratio'] = round(base[f'b{b}_ms'] / row[f'b{b}_ms'], 3)
+    versions = (
+        f'onnxruntime {ort.__version__}, torch {torch.__version__}, {platform.processor() or platform.machine()}, '
+        f'{args.threads} intra-op threads'
+    )
+    fields = ['model', 'img_size'] + [f'b{b}_{k}' for b in args.batches for k in ('ms', 'ratio')]
+    fields += ['export_s', 'rel_error', 'nodes', 'mb']
+    lines = _markdown(rows, fields, versions, argv)
+    print('\n'.join(lines))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(out / 'onnx_cpu.csv', rows, fields)
+        (out / 'onnx_cpu.md').write_text('\n'.join(lines) + '\n')
+    return rows
+
+
+def _markdown(rows: list[dict], fields: list[str], versions: str, argv: list[str] | None) -> list[str]:
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=ROOT)
+    command = 'python scripts/bench_onnx.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
+    lines = [
+        '# Exported models in ONNX Runtime (CPU)',
+        '',
+        f'Generated {datetime.date.today()} on {platform.node()}, commit {commit.stdout.strip() or "?"}, {versions}, '
+        f"by `{command.strip()}`. Ratios: throughput against timm's ConvNeXt of the same size (higher is better); "
+        'medians of interleaved rounds; rel_error: logits against PyTorch.',
+        '',
+        '| ' + ' | '.join(fields) + ' |',
+        '| ' + ' | '.join('---' for _ in fields) + ' |',
+    ]
+    for row in rows:
+        cells = [f'{row[f]:.1e}' if f == 'rel_error' else str(row[f]) for f in fields]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return lines
+
+
+if __name__ == '__main__':
+    run()
