@@ -228,17 +228,19 @@ def model_from_args(args: argparse.Namespace) -> tuple[nn.Module, dict[str, Any]
 
 
 def set_mixer_method(model: nn.Module, method: str) -> int:
-    """Set the convolution ``method`` of every MRConv mixer of ``model`` (e.g. ``'direct'`` for plain-conv export);
-    returns how many were set."""
+    """Set the convolution ``method`` of every MRConv mixer of ``model``; ``'matmul'`` gives each mixer the matrix-product
+    method for its length (``engines.matmul_method``: Toeplitz for short maps, row DFT for long ones). Returns how
+    many were set."""
     from mrconvnext.layers import MRConv1d
     from mrconvnext.ops import engines
     from mrconvnext.ops.checks import check_choice
 
-    check_choice('set_mixer_method', 'method', method, engines.LONG_CONV_METHODS)
+    check_choice('set_mixer_method', 'method', method, (*engines.LONG_CONV_METHODS, 'matmul'))
     n = 0
     for m in model.modules():
         if isinstance(m, MRConv1d):
-            m.method, m.engine = method, 'auto'
+            m.method = engines.matmul_method(m.seq_len) if method == 'matmul' else method
+            m.engine = 'auto'
             n += 1
     return n
 
