@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
-from tests.limits import HANG_LIMIT_S
+from tests.limits import run_compiled_triton
 
 # Per block on sm_90: 227 KB of shared memory (232448 bytes) at most.
 HOPPER_SHARED_LIMIT = 232448
@@ -55,15 +53,9 @@ def compile_for_hopper(kernels: list[tuple]) -> list[dict]:
     (``num_warps``). Returns one dict per kernel: ``REG``,
     ``STACK``, ``LOCAL``, ``SHARED`` (bytes), ``local_ops`` (LDL/STL instructions), ``wgmma`` (HGMMA in the SASS),
     ``num_warps``, with its name and constexprs."""
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    env.setdefault('TRITON_DEFAULT_FP_FUSION', '1')  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
-    proc = subprocess.run(
-        [sys.executable, '-c', _DRIVER, json.dumps(kernels)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=HANG_LIMIT_S,
-    )
+    # Triton 3.9 warns when TRITON_DEFAULT_FP_FUSION is unset; 1 is its (and 3.6's) default
+    fusion = {'TRITON_DEFAULT_FP_FUSION': os.environ.get('TRITON_DEFAULT_FP_FUSION', '1')}
+    proc = run_compiled_triton('-c', _DRIVER, json.dumps(kernels), env=fusion)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith('REPORT '))
     return json.loads(line[len('REPORT ') :])

@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
-import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
+
+from tests.limits import run_compiled_triton
 
 from .conftest import REPO
 
@@ -95,8 +95,7 @@ def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
         '        engine_triton.dynamic_conv_triton(x, logits, None, 2, True)\n'
         'print(json.dumps([[c.name, c.read, c.written, c.flops, c.unit] for c in counter.calls]))\n'
     )
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, cwd=REPO)
+    proc = run_compiled_triton('-c', code, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # x (2, 20, 8) and logits (2, 20, 2, 5) float32 in; y (2, 20, 8) and the log-sum-exp (2, 20, 2) float32 out; its
     # registered formula: 2 FLOPs per tap that reads inside the sequence, lags -2..2 over 20 positions reading

@@ -2,9 +2,6 @@
 interpreter, against float64 naive loops (values and gradients through autograd), and compiled for sm_90 without a
 GPU."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +10,7 @@ import torch
 from mrconvnext.layers import DynamicConv1d, DynamicConv2d, LightConv2d
 from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines, light_conv1d
 from tests.hopper import assert_fits_hopper, compile_for_hopper
-from tests.limits import HANG_LIMIT_S
+from tests.limits import run_compiled_triton
 from tests.reference import lags
 
 triton_cpu = pytest.mark.skipif(
@@ -359,10 +356,7 @@ def test_on_fake_cuda_the_layer_reads_x_in_place_and_saves_logits_and_lse():
     logits and the log-sum-exp but no float32 weights of size (B, H, L, K). A LightConv2d on the Triton engine reads
     the float32 map in place (no copy) and saves nothing larger than x."""
     pytest.importorskip('triton')
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    proc = subprocess.run(
-        [sys.executable, '-c', _FAKE_CUDA], capture_output=True, text=True, env=env, timeout=HANG_LIMIT_S
-    )
+    proc = run_compiled_triton('-c', _FAKE_CUDA)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

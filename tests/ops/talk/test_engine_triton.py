@@ -2,9 +2,6 @@
 through Triton's interpreter, and tests/cuda on a GPU): operator registration, backend selection, and that every
 kernel compiles for a Hopper GPU (sm_90) on a machine without one."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,7 +10,7 @@ import torch
 from mrconvnext.ops import engines
 from mrconvnext.ops.talk import operators, talk1d, talk1d_reference, talk2d, talk2d_reference
 from tests.hopper import assert_fits_hopper, compile_for_hopper
-from tests.limits import HANG_LIMIT_S
+from tests.limits import run_compiled_triton
 
 triton_cpu = pytest.mark.skipif(
     engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
@@ -57,8 +54,7 @@ def test_triton_on_cpu_without_the_interpreter_is_a_clear_error():
         'with pytest.raises(RuntimeError, match=r"Triton TaLK kernels unavailable for cpu: .*TRITON_INTERPRET=1"):\n'
         '    talk1d(x, off, 1, 1, engine="triton")\n'
     )
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=HANG_LIMIT_S, env=env)
+    out = run_compiled_triton('-c', code)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -272,8 +268,5 @@ def test_on_fake_cuda_channels_last_maps_are_read_in_place():
     kernels, fresh process): nothing of the map's size is copied or cast, y and dx keep x's layout (the 2-D integral
     image too)."""
     pytest.importorskip('triton')
-    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    proc = subprocess.run(
-        [sys.executable, '-c', _FAKE_CUDA_1D], capture_output=True, text=True, env=env, timeout=HANG_LIMIT_S
-    )
+    proc = run_compiled_triton('-c', _FAKE_CUDA_1D)
     assert proc.returncode == 0, proc.stderr[-3000:]
