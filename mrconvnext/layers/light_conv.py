@@ -114,8 +114,8 @@ class LightConv1d(_HeadConv1d):
 class DynamicConv1d(_HeadConv1d):
     """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head.
 
-    ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'auto'`` (Triton on CUDA, else PyTorch),
-    ``'torch'`` or ``'triton'``. The Triton engine takes the logits from one GEMM on the ``(B*L, C)`` view of x
+    ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'auto'`` (Triton on CUDA, else PyTorch; the
+    ONNX form under ``torch.onnx.export``), ``'torch'``, ``'triton'`` or ``'onnx'``. The Triton engine takes the logits from one GEMM on the ``(B*L, C)`` view of x
     (:meth:`logits`) and fuses softmax, DropConnect and taps (:func:`~mrconvnext.ops.dynamic_softmax_conv1d`): the
     output is then channels-last, like a channels-last input, with no copy of x (under autocast, one cast to its
     dtype, which the logits' GEMM reads too; the output then has that dtype, as a depthwise conv's). DropConnect
@@ -174,8 +174,9 @@ class DynamicConv1d(_HeadConv1d):
         return F.linear(x.transpose(1, 2), lin.weight, lin.bias).unflatten(-1, (self.num_heads, self.kernel_size))
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        if engines.dynamic_conv_engine_constant(x.device.type, self.engine) != 'triton':
-            return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine='torch')
+        resolved = engines.dynamic_conv_engine_constant(x.device.type, self.engine)
+        if resolved != 'triton':
+            return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine=resolved)
         # under autocast, x is cast once (as the logits' GEMM would) and the kernel reads and writes that dtype
         cast = autocast_dtype(x.device.type)
         if cast is not None and x.dtype == torch.float32:

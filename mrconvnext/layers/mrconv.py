@@ -45,11 +45,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..ops import engines
 from ..ops.checks import check_choice, check_int, check_size2
 from ..ops.long_conv import conv2d_lags, conv2d_padding, long_conv1d, remap_lags
+from ..ops.symbolic import known_true, static_size
 from . import branch_norm
 from .checks import check_mixer_input
 from .kernel_bank import stack_branch_kernels
@@ -356,7 +356,7 @@ class MRConv1d(ScriptedInPython):
         """``(B, C, L) -> (B, heads * C, L)`` for an input in ``geometry``. ``valid = (H, W)``: ``x`` is an ``H``-row
         map with padding columns after the first ``W`` of each row; the output keeps only those,
         ``(B, heads * C, H * W)``, and the BatchNorm statistics are taken over them alone."""
-        L = x.shape[-1]
+        L = static_size(x.shape[-1])
         if self.heads > 1:
             x = x.repeat(1, self.heads, 1)  # head-major copies: channel h C + c is input channel c
 
@@ -474,13 +474,21 @@ class MRConv2d(MRConv1d):
         """``(B, C, H, W) -> (B, heads * C, H, W)``."""
         check_mixer_input(self, x, 4)
         B, C, H, W = x.shape
+        H, W = static_size(H), static_size(W)  # TorchScript's trace: sizes as tensors
         H0, W0 = self.input_size
         rule = self.lag_remap
         # statically_known_true: plain ints compare as usual; a graph compiled for dynamic sizes takes the general
         # path at every size (the same convolution), so a stage meeting its nominal width adds no guard
-        as_is = statically_known_true(W == W0) and (rule == 'split' or statically_known_true(H <= H0))
+        as_is = known_true(W == W0) and (rule == 'split' or known_true(H <= H0))
         if rule == 'none' or as_is:
             return self._forward_1d(x.reshape(B, C, H * W)).view(B, self.out_dim, H, W)
+        if torch.jit.is_tracing():
+            raise ValueError(
+                f'{type(self).__name__}: torch.jit.trace (the TorchScript ONNX exporter, torch.onnx.export(..., '
+                f'dynamo=False)) cannot trace the lag remap to a {H}x{W} map (nominal {H0}x{W0}): its graph loses the '
+                'batch axis. Export at the nominal size, or with torch.onnx.export(..., dynamo=True), which exports '
+                'every size'
+            )
         if rule == 'split':
             return self._forward_1d(x.reshape(B, C, H * W), ('split', W, W)).view(B, self.out_dim, H, W)
         pad = conv2d_padding(W0, W)

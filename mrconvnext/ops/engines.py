@@ -6,7 +6,15 @@ Vocabulary (the same in every family)
     ``engine``: the implementation that runs it: ``'native'`` (the C++ CPU kernels of ``kernels/``), ``'triton'``
     (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``), ``'torch'`` (PyTorch ops, every device),
     ``'reference'`` (the specification: autograd through the naive form), ``'flashfft'`` (the optional CUDA package
-    ``flashfftconv``). ``'auto'`` resolves both, here.
+    ``flashfftconv``), ``'onnx'`` (standard ATen ops chosen for what ONNX runtimes run fast). ``'auto'`` resolves
+    both, here.
+
+ONNX export
+    While ``torch.onnx.export`` traces a model (:func:`onnx_exporting`), ``'auto'`` resolves to forms in standard
+    ATen ops, so the exported graph holds standard ONNX operators only and needs no registration: the long
+    convolution's matrix-product methods (ONNX has no fast FFT) or ``'direct'`` for short kernels, TaLK's
+    ``'reference'`` (prefix sums and gathers) and DynamicConv's ``'onnx'`` engine. ``torch.export`` alone keeps the
+    package's operators (the program then runs on the CPU and CUDA kernels).
 
 Operators dispatch per device as ATen's do: ``mrconvnext::talk1d`` runs the native kernel on the CPU and the
 Triton kernel on CUDA; ``mrconvnext::fft_conv`` the native kernel on the CPU and torch.fft elsewhere. Engines that
@@ -34,10 +42,10 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .checks import check_choice
 from .native_build import build_extension
+from .symbolic import known_true
 
 __all__ = [
     'MATMUL_METHODS',
@@ -63,6 +71,7 @@ __all__ = [
     'flashfft_fits',
     'flashfft_fft_size',
     'from_backend',
+    'onnx_exporting',
     'talk_engine',
     'talk_engine_constant',
     'dynamic_conv_engine',
@@ -82,7 +91,7 @@ LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
 MATMUL_METHODS = ('toeplitz', 'rowdft')
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference')
-DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton')
+DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
 LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 
 # Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's time at 7 taps,
@@ -284,18 +293,31 @@ def _flashfft_available() -> bool:
     return flashfft_module() is not None
 
 
+def onnx_exporting() -> bool:
+    """Whether ``torch.onnx.export`` is tracing the model: the dynamo exporter's ``torch.export`` capture, or the
+    TorchScript exporter's trace. ``'auto'`` then resolves to the forms of the module docstring's ONNX section.
+    Under ``torch.compile`` it is the constant False (``is_exporting`` and ``is_tracing`` are)."""
+    if not (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+        return False
+    return torch.onnx.is_in_onnx_export()
+
+
 # ------------------------------------------------------------------------------------------------ TaLK
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:
     """The TaLK engine ``engine`` resolves to for tensors on ``device``: 'triton', 'native', 'torch' or 'reference'.
 
-    ``'auto'``: Triton on CUDA, the native kernel on the CPU where it builds, else ``'torch'`` with a one-time
-    warning. ``'triton'`` and ``'native'`` raise RuntimeError, saying why, where their kernels cannot run.
+    ``'auto'``: ``'reference'`` under :func:`onnx_exporting` (prefix sums and gathers; in ONNX Runtime faster than
+    the one-gather forms tried, which the index broadcast and the gathered copies cost more), else Triton on CUDA,
+    the native kernel on the CPU where it builds, else ``'torch'`` with a one-time warning. ``'triton'`` and ``'native'`` raise RuntimeError, saying why,
+    where their kernels cannot run.
     """
     check_choice('talk', 'engine', engine, TALK_ENGINES)
     if engine in ('torch', 'reference'):
         return engine
+    if engine == 'auto' and onnx_exporting():
+        return 'reference'
     device = torch.device(device)
     triton_reason = triton_unavailable(device.type) if engine == 'triton' or device.type == 'cuda' else None
     if engine == 'triton':
@@ -331,15 +353,18 @@ def talk_engine_constant(device_type: str, engine: str) -> str:
 
 
 def dynamic_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
-    """The DynamicConv engine ``engine`` resolves to for tensors on ``device``: 'triton' or 'torch'.
+    """The DynamicConv engine ``engine`` resolves to for tensors on ``device``: 'triton', 'torch' or 'onnx'.
 
-    ``'auto'``: the Triton kernels (channels-last, fused softmax) on CUDA where Triton runs, else the PyTorch tap loop
-    (on the CPU, and on CUDA without Triton after a one-time warning). ``'triton'`` raises RuntimeError, saying why,
-    where its kernels cannot run (CPU tensors need ``TRITON_INTERPRET=1``).
+    ``'auto'``: ``'onnx'`` under :func:`onnx_exporting`, else the Triton kernels (channels-last, fused softmax) on
+    CUDA where Triton runs, else the PyTorch tap loop (on the CPU, and on CUDA without Triton after a one-time
+    warning). ``'triton'`` raises RuntimeError, saying why, where its kernels cannot run (CPU tensors need
+    ``TRITON_INTERPRET=1``).
     """
     check_choice('dynamic_conv1d', 'engine', engine, DYNAMIC_CONV_ENGINES)
-    if engine == 'torch':
-        return 'torch'
+    if engine in ('torch', 'onnx'):
+        return engine
+    if engine == 'auto' and onnx_exporting():
+        return 'onnx'
     device = torch.device(device)
     if engine == 'triton' or device.type == 'cuda':
         reason = triton_unavailable(device.type)
@@ -430,7 +455,9 @@ def long_conv_choice(
     (the input's, or autocast's where it is on) of ``length`` on ``device_type`` and a kernel whose ``taps`` (with
     ``zero_lag``) reach it.
 
-    ``method='auto'``: flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
+    ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`: ``'direct'`` for at most
+    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter), else the matmul methods (ONNX runtimes have no fast FFT: ``scripts/bench_onnx.py``).
+    Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
     GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that
     ``torch.compile`` traces symbolically the direct method is taken only where the taps are provably few for every
@@ -441,6 +468,10 @@ def long_conv_choice(
     """
     check_choice('long_conv1d', 'method', method, LONG_CONV_METHODS)
     check_choice('long_conv1d', 'engine', engine, LONG_CONV_ENGINES)
+    if method == 'auto' and engine == 'auto' and onnx_exporting():
+        # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
+        direct = known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
+        return ('direct' if direct else matmul_method(length)), 'torch'
     if method in ('direct', *MATMUL_METHODS):
         if engine not in ('auto', 'torch'):
             raise ValueError(f"long_conv1d: method={method!r} runs on the 'torch' engine only, got engine={engine!r}")
@@ -456,7 +487,7 @@ def long_conv_choice(
             )
             engine = 'auto'
     if method == 'auto':
-        direct = engine in ('auto', 'torch') and statically_known_true(taps <= DIRECT_MAX_TAPS)
+        direct = engine in ('auto', 'torch') and known_true(taps <= DIRECT_MAX_TAPS)
         if direct:
             return 'direct', 'torch'
         if engine in ('auto', 'torch') and device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16):

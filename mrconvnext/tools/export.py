@@ -14,15 +14,12 @@ Steps:
    preprocessing of the training run). The directory is reloaded with
    ``timm.create_model('local-dir:DIR', pretrained=True)`` (``import mrconvnext`` first) and its logits
    are compared with the in-memory model's.
-4. ``--onnx``: every MRConv mixer is switched to the matrix-product methods (Toeplitz / row-DFT
-   ``MatMul``s instead of FFTs, same result), the model is exported with ``torch.onnx.export`` (batch
-   axis dynamic; the spatial size is fixed at export because the kernels are fitted to the feature map), and
+4. ``--onnx``: the model is exported with ``torch.onnx.export(..., dynamo=True)`` (batch axis dynamic; the
+   spatial size is fixed at export because the kernels are fitted to the feature map): every mixer takes its
+   ONNX form (standard operators: matrix products for MRConv, prefix sums and gathers for TaLK), and
    onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
    difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
-   Every family exports with the dynamo exporter (the default when ``onnxscript`` is installed): the
-   package's operators are decomposed into standard ops first (TaLK as prefix sums + gathers). The
-   TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) refuses models with the
-   package's mixers, with that reason.
+   The TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) traces the same forms.
 """
 
 from __future__ import annotations
@@ -58,20 +55,16 @@ def export_onnx(
 ) -> str:
     """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used.
 
-    The dynamo exporter takes ``torch.export``'s program with the package's operators decomposed into ATen ops
-    (:func:`mrconvnext.ops.decompositions`: TaLK as prefix sums + gathers, DynamicConv as shifted multiply-adds).
-    MRConv mixers are switched to the matrix-product methods (on a copy): Toeplitz products for short maps, row DFTs
-    and block-Toeplitz products for long ones (``MatMul``s whose kernel-derived matrices depend on the weights
-    alone, so ONNX Runtime folds them at load), 8-11x faster in ONNX Runtime than the direct grouped ``Conv`` with
-    the kernel cropped to the map that the export used before (``scripts/bench_onnx.py``). The program is traced with at
-    least two images (an example batch of 1 would fix the batch axis). The TorchScript exporter refuses models
-    with the package's mixers: it traces sizes as tensors, which their size logic (kernel crops, size rules,
-    operator choice) does not take.
+    The call any user makes, ``torch.onnx.export(model, (example,), path, dynamo=True, dynamic_shapes=...)``: while
+    it traces, every mixer's ``'auto'`` resolves to its ONNX form (:func:`mrconvnext.ops.engines.onnx_exporting`), so
+    the graph holds standard ONNX operators only. MRConv mixers become matrix products (Toeplitz for short maps,
+    row DFTs and block-Toeplitz products for long ones: ``MatMul``s whose kernel-derived matrices depend on the
+    weights alone, which ONNX Runtime folds at load), TaLK prefix sums and gathers, DynamicConv a one-hot
+    depthwise ``Conv`` and a weighted sum, LightConv a grouped ``Conv``. The program is traced with at least two images (an example batch
+    of 1 would fix the batch axis). ``exporter='torchscript'`` (PyTorch's deprecated exporter, ``dynamo=False``)
+    traces the same forms.
     """
-    from mrconvnext.ops.decompositions import decompositions
-
     model = copy.deepcopy(model).eval()
-    common.set_mixer_method(model, 'matmul')
     if exporter == 'auto':
         try:
             import onnxscript  # noqa: F401
@@ -85,23 +78,13 @@ def export_onnx(
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter('ignore')  # exporter chatter about the (constant) input-size checks
         if exporter == 'dynamo':
-            batch = torch.export.Dim('batch', min=1, max=4096)
             if example.shape[0] < 2:  # traced at batch 1, torch.export specializes the axis ('Constraints violated')
                 example = example.expand(2, *example.shape[1:])
-            program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-            program = program.run_decompositions(decompositions())
-            torch.onnx.export(program, (example,), str(path), dynamo=True, external_data=False, verbose=False, **kwargs)
+            torch.onnx.export(
+                model, (example,), str(path), dynamo=True, dynamic_shapes=({0: 'batch'},), external_data=False,
+                verbose=False, **kwargs,
+            )  # fmt: skip
         else:
-            from mrconvnext.layers import DynamicConv1d, LightConv1d, MRConv1d, TaLKConv1d, TaLKConv2d
-
-            families = (DynamicConv1d, LightConv1d, MRConv1d, TaLKConv1d, TaLKConv2d)
-            mixers = sorted({type(m).__name__ for m in model.modules() if isinstance(m, families)})
-            if mixers:
-                raise ValueError(
-                    f'the TorchScript ONNX exporter cannot export {", ".join(mixers)} mixers: it traces sizes as '
-                    'tensors, which their size logic and custom operators do not take. Use the dynamo exporter '
-                    "(--onnx-exporter dynamo / exporter='dynamo'; pip install onnxscript), which exports every family"
-                )
             kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
             torch.onnx.export(model, (example,), str(path), **kwargs)
     return exporter

@@ -97,21 +97,41 @@ def test_export_save_load_round_trip(name, tmp_path):
         _close(loaded(x), model(x), 1e-5)
 
 
-@pytest.mark.parametrize('name,deploy', [(n, True) for n in FAMILIES] + [('mrconvnext_atto', False)])
-def test_onnx_through_onnxruntime(name, deploy, tmp_path):
+def _onnx_check(model, path, x) -> None:
+    import onnx
     import onnxruntime as ort  # in the [test] extra, with onnxscript (the dynamo exporter): a hard requirement here
 
-    model = _model(name, deploy=deploy)
-    ep = _export(model, torch.randn(2, 3, SIZE, SIZE)).run_decompositions(decompositions())
-    assert not any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'decompositions left an operator'
-    path = tmp_path / 'model.onnx'
-    torch.onnx.export(ep, (torch.randn(2, 3, SIZE, SIZE),), str(path), dynamo=True, external_data=False, verbose=False)
+    graph = onnx.load(str(path)).graph
+    assert {n.domain for n in graph.node} <= {'', 'ai.onnx'}, 'only standard ONNX operators'
     session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    x = torch.randn(3, 3, SIZE, SIZE)
     y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
     with torch.no_grad():
         ref = model(x)
     assert (y - ref).abs().max().item() <= 1e-4, (y - ref).abs().max().item()
+
+
+@pytest.mark.parametrize('name,deploy', [(n, True) for n in FAMILIES] + [('mrconvnext_atto', False)])
+@pytest.mark.parametrize('size', [SIZE, 80])
+def test_plain_onnx_export_through_onnxruntime(name, deploy, size, tmp_path):
+    """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step: the
+    mixers trace their ONNX forms. At the nominal size and at another (the mixers' size rules), batch axis dynamic."""
+    model = _model(name, deploy=deploy)
+    path = tmp_path / 'model.onnx'
+    x = torch.randn(2, 3, size, size)
+    torch.onnx.export(model, (x,), str(path), dynamo=True, dynamic_shapes=({0: 'batch'},), external_data=False)
+    _onnx_check(model, path, torch.randn(3, 3, size, size))
+
+
+@pytest.mark.parametrize('name', FAMILIES)
+def test_exported_program_with_operators_decomposes_for_onnx(name, tmp_path):
+    """A program from ``torch.export`` holds the package's operators; :func:`decompositions` turns it into ATen ops
+    that the ONNX exporter takes."""
+    model = _model(name, deploy=True)
+    ep = _export(model, torch.randn(2, 3, SIZE, SIZE)).run_decompositions(decompositions())
+    assert not any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'decompositions left an operator'
+    path = tmp_path / 'model.onnx'
+    torch.onnx.export(ep, (torch.randn(2, 3, SIZE, SIZE),), str(path), dynamo=True, external_data=False, verbose=False)
+    _onnx_check(model, path, torch.randn(3, 3, SIZE, SIZE))
 
 
 @pytest.mark.parametrize('name', FAMILIES)

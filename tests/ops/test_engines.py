@@ -142,3 +142,29 @@ def test_build_fails_loudly_where_native_kernels_are_off(monkeypatch):
         [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
     )
     assert out.returncode == 1 and 'disabled by MRCONVNEXT_DISABLE_NATIVE' in out.stderr
+
+
+def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
+    """While torch.onnx.export traces, 'auto' picks the standard-op forms; torch.export alone, an explicit engine and
+    an untraced call keep their operators."""
+    from torch.onnx._internal.exporter import _flags
+
+    def during(onnx: bool, exporting: bool):
+        monkeypatch.setattr(_flags, '_is_onnx_exporting', onnx)
+        monkeypatch.setattr(torch.compiler, '_is_exporting_flag', exporting)
+        return (
+            engines.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'auto'),
+            engines.long_conv_choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
+            engines.long_conv_choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
+            engines.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
+            engines.talk_engine('cpu', 'auto') == 'reference',
+            engines.dynamic_conv_engine('cpu', 'auto'),
+            engines.dynamic_conv_engine('cpu', 'torch'),
+        )
+
+    onnx = during(True, True)
+    assert onnx[:3] == (('rowdft', 'torch'), ('toeplitz', 'torch'), ('direct', 'torch'))
+    assert onnx[3] == 'fft' and onnx[4] and onnx[5:] == ('onnx', 'torch')
+    for off in (during(False, True), during(True, False), during(False, False)):  # torch.export alone, or not tracing
+        assert off[0][0] == 'fft' and off[1][0] == 'fft' and off[5] == 'torch'
+        assert not off[4]  # the native kernel, or 'torch' where it does not build

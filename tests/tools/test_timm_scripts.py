@@ -100,3 +100,36 @@ def test_device_modules_flag_registers_the_models(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())['cls'] == 'MRConvNeXt'
+
+
+FAMILIES = ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'lightconvnext_atto', 'dynconvnext_atto']
+
+
+@pytest.mark.parametrize('dynamo', [False, True], ids=['torchscript', 'dynamo'])
+@pytest.mark.parametrize('name', FAMILIES)
+def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
+    """What timm's ``onnx_export.py --reparam [--dynamo]`` and ``onnx_validate.py`` call (the scripts are not in the
+    wheel): ``timm.utils.onnx.onnx_export`` with its own forward check, then an onnxruntime session over new images
+    against PyTorch. Every family, with the TorchScript exporter (the script's default) and the dynamo one."""
+    pytest.importorskip('onnxruntime')
+    import onnx
+    import onnxruntime as ort
+    import timm
+    import torch
+    from timm.utils import reparameterize_model
+    from timm.utils.onnx import onnx_export
+
+    import mrconvnext  # noqa: F401
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5, img_size=64, depths=(1, 1, 1, 1), ls_init_value=1.0)
+    model = reparameterize_model(model.eval())
+    path = str(tmp_path / 'model.onnx')
+    onnx_export(model, path, input_size=(3, 64, 64), batch_size=2, use_dynamo=dynamo, check_forward=True)
+    assert {n.domain for n in onnx.load(path).graph.node} <= {'', 'ai.onnx'}
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    x = torch.randn(2, 3, 64, 64)
+    y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    with torch.no_grad():
+        ref = model(x)
+    assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)

@@ -41,7 +41,9 @@ import torch
 from .. import engines
 from ..checks import autocast_off
 from ..long_conv import long_conv1d
+from ..symbolic import static_size
 from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
+from .engine_onnx import dynamic_conv_onnx
 from .operators import dynamic_conv_op
 
 __all__ = ['light_conv1d', 'dynamic_conv1d', 'dynamic_softmax_conv1d']
@@ -85,7 +87,8 @@ def light_conv1d(
     # tiny weight): the package's one direct-convolution implementation does the rest (lag crop,
     # padding, float32 compute for half inputs).
     _, out_dtype = compute_dtypes(x, weight)
-    kernel = weight.to(out_dtype).repeat_interleave(C // num_heads, dim=0)
+    # a traced export (TorchScript's ONNX exporter) gives C as a tensor; its Conv needs a static kernel shape
+    kernel = weight.to(out_dtype).repeat_interleave(static_size(C) // num_heads, dim=0)
     zero_lag = zero_lag_for(weight.shape[1], causal)
     return long_conv1d(x.to(out_dtype), kernel, bias, zero_lag=zero_lag, method='direct')
 
@@ -112,7 +115,8 @@ def dynamic_conv1d(
     x (peak extra memory ``O(B C L + B H L K)`` in forward and backward; ``weight`` given as a transposed view of a
     contiguous ``(B, H, K, L)`` tensor is used without a copy); ``'triton'`` runs the channels-last kernels of
     :mod:`.engine_triton` (the result then has a channels-last layout, ``x.transpose(1, 2)`` contiguous). Autograd
-    keeps only x and the weights.
+    keeps only x and the weights. ``'onnx'`` (what ``'auto'`` runs while ``torch.onnx.export`` traces) gathers the
+    ``(B, C, L, K)`` taps in one op (:mod:`.engine_onnx`).
     """
     name = 'dynamic_conv1d'
     x = check_x(name, x)
@@ -129,17 +133,22 @@ def dynamic_conv1d(
     check_heads(name, C, H)
     check_bias(name, x, bias)
 
-    if engines.dynamic_conv_engine_constant(x.device.type, engine) == 'triton':
+    resolved = engines.dynamic_conv_engine_constant(x.device.type, engine)
+    if resolved == 'triton':
         from .engine_triton import dynamic_conv_triton
 
         y, _ = dynamic_conv_triton(x.transpose(1, 2), weight.transpose(1, 2), None, zero_lag_for(K, causal), False)
         return add_bias(y.transpose(1, 2), bias)
     compute, out_dtype = compute_dtypes(x, weight)
     with autocast_off(x.device.type):
-        x4 = x.to(compute).contiguous().view(B, H, C // H, L)
-        w_t = weight.to(compute).transpose(2, 3).contiguous()
-        y = dynamic_conv_op(x4, w_t, zero_lag_for(K, causal)).view(B, C, L)
-        y = add_bias(y, bias)
+        x4 = x.to(compute).reshape(B, H, C // H, L)
+        if resolved == 'onnx':
+            y = dynamic_conv_onnx(x4, weight.to(compute), zero_lag_for(K, causal))
+        else:
+            y = dynamic_conv_op(
+                x4.contiguous(), weight.to(compute).transpose(2, 3).contiguous(), zero_lag_for(K, causal)
+            )
+        y = add_bias(y.reshape(B, C, L), bias)
     return y.to(out_dtype)
 
 
@@ -160,9 +169,10 @@ def dynamic_softmax_conv1d(
     of the logits' shape (0 or ``1 / (1 - p)``), or None; bias: ``(C,)`` or None. The softmax is taken in float32
     (float64 for float64 logits). Returns ``(B, C, L)`` in ``promote_types(x.dtype, logits.dtype)``.
 
-    ``engine`` ('auto', 'torch', 'triton'): the Triton engine fuses the softmax, the multipliers and the taps into one
-    kernel (forward and backward, nothing of size ``(B, H, L, K)`` saved but the logits themselves) and returns a
-    channels-last layout; 'torch' normalizes with ``torch.softmax`` and runs the tap loop.
+    ``engine`` ('auto', 'torch', 'triton', 'onnx'): the Triton engine fuses the softmax, the multipliers and the taps
+    into one kernel (forward and backward, nothing of size ``(B, H, L, K)`` saved but the logits themselves) and
+    returns a channels-last layout; 'torch' normalizes with ``torch.softmax`` and runs the tap loop, 'onnx' (what
+    'auto' runs under ``torch.onnx.export``) the one-hot ``Conv`` of :mod:`.engine_onnx`.
     """
     name = 'dynamic_softmax_conv1d'
     x = check_x(name, x)
@@ -183,7 +193,8 @@ def dynamic_softmax_conv1d(
                 f"{name} expects dropconnect multipliers of the logits' shape {tuple(logits.shape)}, "
                 f'got {tuple(dropconnect.shape)}'
             )
-    if engines.dynamic_conv_engine_constant(x.device.type, engine) == 'triton':
+    resolved = engines.dynamic_conv_engine_constant(x.device.type, engine)
+    if resolved == 'triton':
         from .engine_triton import dynamic_conv_triton
 
         y, _ = dynamic_conv_triton(x.transpose(1, 2), logits, dropconnect, zero_lag_for(K, causal), True)
@@ -193,5 +204,5 @@ def dynamic_softmax_conv1d(
         w = torch.softmax(logits.to(acc), dim=-1)
         if dropconnect is not None:
             w = w * dropconnect.to(acc)
-    y = dynamic_conv1d(x, w.transpose(1, 2), bias, causal=causal, engine='torch')
+    y = dynamic_conv1d(x, w.transpose(1, 2), bias, causal=causal, engine=resolved)
     return y.to(torch.promote_types(x.dtype, logits.dtype))

@@ -115,7 +115,9 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     N = kernel.shape[0] if multi else 1
     # conv1d is a cross-correlation: flip the taps; output channel c*N + i is kernel i of channel c.
     w = kernel.flip(-1)
-    w = w.transpose(0, 1).reshape(C * N, 1, K) if multi else w.reshape(C, 1, K)
+    # unsqueeze / flatten, not a reshape to sizes: a traced export (TorchScript's ONNX exporter) keeps the weight's
+    # static shape, which its Conv needs
+    w = (w.transpose(0, 1).flatten(0, 1) if multi else w).unsqueeze(1)
     pad_left, pad_right = K - 1 - zero_lag, zero_lag
     if pad_left == pad_right and (x.device.type != 'cpu' or pad_left <= CPU_NATIVE_PAD_MAX):
         y = F.conv1d(x, w, padding=pad_left, groups=C)
@@ -189,13 +191,13 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
         blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
     rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)  # a view for a channels-last map
-    # the DFT matrices in the product dtype, expanded (stride 0) over the batch of rows: never materialized
-    dft = row_dft(Q, product, x.device).expand(B * P, 2 * Q, Q)
-    spec = torch.bmm(dft, rows.to(product))  # (B * P, 2Q, C): [Re | Im] of each row, i.e. (b, g, r, f, c)
+    # the DFT matrices in the product dtype, broadcast (stride 0) over the batch of rows: never materialized (a
+    # matmul, not an expand to B * P: a traced export keeps the batch dynamic)
+    spec = torch.matmul(row_dft(Q, product, x.device), rows.to(product))  # (B * P, 2Q, C): [Re | Im] of each row, i.e. (b, g, r, f, c)
     spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0)  # (Q * C, 2P, B): batch f * C + c, row 2 g + r
     out = torch.matmul(blocks, spec.contiguous())  # (N, Q * C, 2P, B): row 2 h + s
     out = out.view(N, Q, C, P, 2, B).permute(5, 0, 3, 4, 1, 2).reshape(B * N * P, 2 * Q, C)
-    y = torch.bmm(row_idft(Q, product, x.device).expand(B * N * P, Q, 2 * Q), out)  # (B * N * P, Q, C)
+    y = torch.matmul(row_idft(Q, product, x.device), out)  # (B * N * P, Q, C)
     return y.view(B, N, P, Q, C).permute(0, 1, 4, 2, 3).flatten(3)[..., :L]
 
 

@@ -37,10 +37,9 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..checks import check_int
-from ..symbolic import sym_max, sym_min
+from ..symbolic import known_true, static_size, sym_max, sym_min
 
 __all__ = ['remap_lags', 'remapped_layout', 'conv2d_lags', 'conv2d_padding']
 
@@ -64,7 +63,7 @@ def remapped_layout(
 ) -> tuple[int, int]:
     """``(size, zero_lag)`` of the kernel :func:`remap_lags` returns for a ``size``-tap kernel."""
     causal = _layout(size, zero_lag)
-    if statically_known_true(new_width == width):
+    if known_true(new_width == width):
         return size, zero_lag
     reach = _largest_new_lag(size - 1 - zero_lag, width, new_width) + 1
     if new_length is not None:
@@ -138,9 +137,9 @@ def remap_lags(
     new_width = check_int('remap_lags', 'new_width', new_width)
     if new_length is not None:
         new_length = check_int('remap_lags', 'new_length', new_length)
-    size = kernel.shape[-1]
+    size = static_size(kernel.shape[-1])
     new_size, new_zero_lag = remapped_layout(size, zero_lag, width, new_width, new_length)
-    if statically_known_true(new_width == width):  # a graph traced for dynamic widths applies the rule (to rounding)
+    if known_true(new_width == width):  # a graph traced for dynamic widths applies the rule (to rounding)
         return kernel, zero_lag
     # traced (and constant-folded) under torch.compile; cached per size in eager mode
     tables = _tables if torch.compiler.is_compiling() else _cached_tables

@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..symbolic import sym_max, sym_min
+from ..symbolic import known_true, sym_max, sym_min
 
 __all__ = ['fft_size', 'fft_length', 'crop_kernel', 'circular_kernel', 'kernel_spectrum']
 
@@ -47,7 +46,7 @@ def crop_kernel(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch
     lo = sym_max(0, zero_lag - (length - 1))
     hi = sym_min(K, zero_lag + length)
     # sizes traced by torch.compile: slice without guarding on whether anything is cut (plain ints: exact test)
-    if statically_known_true(lo == 0) and statically_known_true(hi == K):
+    if known_true(lo == 0) and known_true(hi == K):
         return kernel, zero_lag
     return kernel[..., lo:hi], zero_lag - lo
 

@@ -40,6 +40,10 @@ def test_dynamic_matches_naive(K: int, causal: bool) -> None:
     torch.testing.assert_close(dynamic_conv1d(x, w, bias, causal=causal), ref)
     torch.testing.assert_close(dynamic_conv1d(x, w, causal=causal), naive_dynamic(x, w, None, causal))
     torch.testing.assert_close(dynamic_conv1d_unfold(x, w, bias, causal=causal), ref)
+    # the ONNX form (what torch.onnx.export traces), in float64 and float32
+    torch.testing.assert_close(dynamic_conv1d(x, w, bias, causal=causal, engine='onnx'), ref)
+    y32 = dynamic_conv1d(x.float(), w.float(), bias.float(), causal=causal, engine='onnx')
+    torch.testing.assert_close(y32, ref.float(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,7 @@ def test_engine_resolution():
     assert engines.dynamic_conv_engine('cpu', 'torch') == 'torch'
     with pytest.raises(RuntimeError, match='Triton DynamicConv kernels unavailable for meta'):
         engines.dynamic_conv_engine('meta', 'triton')
-    with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
+    with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton', 'onnx'\\)"):
         engines.dynamic_conv_engine('cpu', 'cuda')
     if engines.triton_unavailable('cuda') is None:
         assert engines.dynamic_conv_engine('cuda', 'auto') == 'triton'
