@@ -193,7 +193,8 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
     rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)  # a view for a channels-last map
     # the DFT matrices in the product dtype, broadcast (stride 0) over the batch of rows: never materialized (a
     # matmul, not an expand to B * P: a traced export keeps the batch dynamic)
-    spec = torch.matmul(row_dft(Q, product, x.device), rows.to(product))  # (B * P, 2Q, C): [Re | Im] of each row, i.e. (b, g, r, f, c)
+    spec = torch.matmul(row_dft(Q, product, x.device), rows.to(product))  # (B * P, 2Q, C): [Re | Im] of each row,
+    # i.e. (b, g, r, f, c)
     spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0)  # (Q * C, 2P, B): batch f * C + c, row 2 g + r
     out = torch.matmul(blocks, spec.contiguous())  # (N, Q * C, 2P, B): row 2 h + s
     out = out.view(N, Q, C, P, 2, B).permute(5, 0, 3, 4, 1, 2).reshape(B * N * P, 2 * Q, C)
