@@ -296,7 +296,8 @@ def _flashfft_available() -> bool:
 def onnx_exporting() -> bool:
     """Whether ``torch.onnx.export`` is tracing the model: the dynamo exporter's ``torch.export`` capture, or the
     TorchScript exporter's trace. ``'auto'`` then resolves to the forms of the module docstring's ONNX section.
-    Under ``torch.compile`` it is the constant False (``is_exporting`` and ``is_tracing`` are)."""
+    Under ``torch.compile`` it is the constant False (dynamo folds ``is_in_onnx_export`` to False). The exporter's
+    default non-strict capture runs this in Python; its strict fallback (dynamo) would see False and keep operators."""
     if not (torch.compiler.is_exporting() or torch.jit.is_tracing()):
         return False
     return torch.onnx.is_in_onnx_export()
@@ -456,7 +457,7 @@ def long_conv_choice(
     ``zero_lag``) reach it.
 
     ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`: ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter), else the matmul methods (ONNX runtimes have no fast FFT: ``scripts/bench_onnx.py``).
+    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast FFT: ``scripts/bench_onnx.py``).
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
     GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that

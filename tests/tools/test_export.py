@@ -120,3 +120,22 @@ def test_export_with_check_batch_1(tmp_path, name):
     with torch.no_grad():
         ref = reloaded(x).numpy()
     assert abs(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0] - ref).max() <= 1e-4
+
+
+def test_torchscript_onnx_exporter_row_dft(tmp_path):
+    """A nominal stage-1 map of more than 256 positions (80 px: 400) takes the row-DFT form under the TorchScript
+    trace, as timm's 224 px export does; the batch axis stays dynamic."""
+    pytest.importorskip('onnxruntime')
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    model = timm.create_model('mrconvnext_atto', num_classes=10, img_size=80, depths=(1, 1, 1, 1), ls_init_value=1.0)
+    model = timm.utils.reparameterize_model(model.eval())
+    path = tmp_path / 'ts.onnx'
+    export.export_onnx(model, path, torch.randn(2, 3, 80, 80), exporter='torchscript')
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    x = torch.randn(3, 3, 80, 80)
+    with torch.no_grad():
+        ref = model(x)
+    y = torch.from_numpy(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0])
+    assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)

@@ -110,13 +110,13 @@ def dynamic_conv1d(
     x: ``(B, C, L)``; weight: ``(B, H, L, K)`` with ``C % H == 0``; bias: ``(C,)`` or None.
     Returns ``(B, C, L)``. Lags as in the module docstring.
 
-    Never materializes ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine``
+    The training engines never materialize ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine``
     (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'torch'`` accumulates the K taps with shifted views of
     x (peak extra memory ``O(B C L + B H L K)`` in forward and backward; ``weight`` given as a transposed view of a
     contiguous ``(B, H, K, L)`` tensor is used without a copy); ``'triton'`` runs the channels-last kernels of
     :mod:`.engine_triton` (the result then has a channels-last layout, ``x.transpose(1, 2)`` contiguous). Autograd
-    keeps only x and the weights. ``'onnx'`` (what ``'auto'`` runs while ``torch.onnx.export`` traces) gathers the
-    ``(B, C, L, K)`` taps in one op (:mod:`.engine_onnx`).
+    keeps only x and the weights. ``'onnx'`` (what ``'auto'`` runs while ``torch.onnx.export`` traces, inference
+    only) writes the ``(B, C K, L)`` taps with a one-hot depthwise conv (:mod:`.engine_onnx`).
     """
     name = 'dynamic_conv1d'
     x = check_x(name, x)
@@ -143,7 +143,7 @@ def dynamic_conv1d(
     with autocast_off(x.device.type):
         x4 = x.to(compute).reshape(B, H, C // H, L)
         if resolved == 'onnx':
-            y = dynamic_conv_onnx(x4, weight.to(compute), zero_lag_for(K, causal))
+            y = dynamic_conv_onnx(x4, weight.to(compute), zero_lag_for(static_size(K), causal))
         else:
             y = dynamic_conv_op(
                 x4.contiguous(), weight.to(compute).transpose(2, 3).contiguous(), zero_lag_for(K, causal)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import autocast_dtype, autocast_off
+from ..symbolic import static_size
 from .grid import (
     row_dft,
     row_grid,
@@ -156,7 +157,7 @@ def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     Toeplitz matrix (one gather, in the product dtype) with the ``(L, B)`` columns of a channel."""
     _, product = _dtypes(x)
     with autocast_off(x.device.type):
-        T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
+        T = toeplitz_matrix(kernel.to(product), zero_lag, static_size(x.shape[-1]))  # (N, C, L, L)
     return torch.matmul(T, x.permute(1, 2, 0)).permute(3, 0, 1, 2)  # (N, C, L, B) -> (B, N, C, L)
 
 
@@ -184,6 +185,7 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
     channels-last input is read where it lies and the output of one kernel is channels-last; the two transposes
     around the block product are copies (a fused kernel would keep them on chip)."""
     B, C, L = x.shape
+    C, L = static_size(C), static_size(L)  # TorchScript's trace: sizes as tensors (the batch stays traced)
     N = kernel.shape[0]
     P, Q = row_grid(L)
     build, product = _dtypes(x)
