@@ -311,8 +311,8 @@ def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:
 
     ``'auto'``: ``'reference'`` under :func:`onnx_exporting` (prefix sums and gathers; in ONNX Runtime faster than
     the one-gather forms tried, which the index broadcast and the gathered copies cost more), else Triton on CUDA,
-    the native kernel on the CPU where it builds, else ``'torch'`` with a one-time warning. ``'triton'`` and ``'native'`` raise RuntimeError, saying why,
-    where their kernels cannot run.
+    the native kernel on the CPU where it builds, else ``'torch'`` with a one-time warning. ``'triton'`` and
+    ``'native'`` raise RuntimeError, saying why, where their kernels cannot run.
     """
     check_choice('talk', 'engine', engine, TALK_ENGINES)
     if engine in ('torch', 'reference'):
@@ -457,7 +457,7 @@ def long_conv_choice(
     ``zero_lag``) reach it.
 
     ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`: ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast FFT: ``scripts/bench_onnx.py``).
+    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast FFT).
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
     GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that

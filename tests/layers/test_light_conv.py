@@ -244,8 +244,11 @@ def test_dynamic_conv_layers_take_an_engine():
     a, b = DynamicConv2d(8, (5, 6), kernel_size=3, num_heads=2), DynamicConv2d(8, (5, 6), 3, 2, engine='torch')
     b.load_state_dict(a.state_dict())
     assert torch.equal(a(x), b(x))
+    c = DynamicConv2d(8, (5, 6), 3, 2, engine='onnx')  # the ONNX export's form, usable (and equal) in eager too
+    c.load_state_dict(a.state_dict())
+    torch.testing.assert_close(c(x), a(x), rtol=1e-5, atol=1e-6)
     with pytest.raises(
-        ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch', 'triton'\), got 'cuda'"
+        ValueError, match=r"DynamicConv1d: engine must be one of \('auto', 'torch', 'triton', 'onnx'\), got 'cuda'"
     ):
         DynamicConv1d(8, 3, 2, engine='cuda')
 
