@@ -12,8 +12,8 @@ Vocabulary (the same in every family)
 ONNX export
     While ``torch.onnx.export`` traces a model (:func:`onnx_exporting`), ``'auto'`` resolves to forms in standard
     ATen ops, so the exported graph holds standard ONNX operators only and needs no registration: the long
-    convolution's matrix-product methods (ONNX has no fast FFT) or ``'direct'`` for short kernels, TaLK's
-    ``'reference'`` (prefix sums and gathers) and DynamicConv's ``'onnx'`` engine. ``torch.export`` alone keeps the
+    convolution's matrix-product methods (ONNX has no fast FFT) or ``'direct'`` for short kernels, TaLK's and
+    DynamicConv's ``'onnx'`` engines. ``torch.export`` alone keeps the
     package's operators (the program then runs on the CPU and CUDA kernels).
 
 Operators dispatch per device as ATen's do: ``mrconvnext::talk1d`` runs the native kernel on the CPU and the
@@ -90,7 +90,7 @@ __all__ = [
 LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
 MATMUL_METHODS = ('toeplitz', 'rowdft')
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
-TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference')
+TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
 LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 
@@ -307,18 +307,18 @@ def onnx_exporting() -> bool:
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:
-    """The TaLK engine ``engine`` resolves to for tensors on ``device``: 'triton', 'native', 'torch' or 'reference'.
+    """The TaLK engine ``engine`` resolves to for tensors on ``device``: 'triton', 'native', 'torch', 'reference' or
+    'onnx'.
 
-    ``'auto'``: ``'reference'`` under :func:`onnx_exporting` (prefix sums and gathers; in ONNX Runtime faster than
-    the one-gather forms tried, which the index broadcast and the gathered copies cost more), else Triton on CUDA,
-    the native kernel on the CPU where it builds, else ``'torch'`` with a one-time warning. ``'triton'`` and
-    ``'native'`` raise RuntimeError, saying why, where their kernels cannot run.
+    ``'auto'``: ``'onnx'`` under :func:`onnx_exporting`, else Triton on CUDA, the native kernel on the CPU where it
+    builds, else ``'torch'`` with a one-time warning. ``'triton'`` and ``'native'`` raise RuntimeError, saying why,
+    where their kernels cannot run.
     """
     check_choice('talk', 'engine', engine, TALK_ENGINES)
-    if engine in ('torch', 'reference'):
+    if engine in ('torch', 'reference', 'onnx'):
         return engine
     if engine == 'auto' and onnx_exporting():
-        return 'reference'
+        return 'onnx'
     device = torch.device(device)
     triton_reason = triton_unavailable(device.type) if engine == 'triton' or device.type == 'cuda' else None
     if engine == 'triton':

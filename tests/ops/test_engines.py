@@ -157,7 +157,7 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
             engines.long_conv_choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
             engines.long_conv_choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
             engines.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
-            engines.talk_engine('cpu', 'auto') == 'reference',
+            engines.talk_engine('cpu', 'auto') == 'onnx',
             engines.dynamic_conv_engine('cpu', 'auto'),
             engines.dynamic_conv_engine('cpu', 'torch'),
         )

@@ -31,8 +31,9 @@ Precision
 Engines (``engine=``, resolved by :func:`mrconvnext.ops.engines.talk_engine`): ``'reference'`` (cumsum + gather +
 autograd: the specification, :mod:`.reference`), ``'torch'`` (fused PyTorch ops, O(B*C*L) memory,
 :mod:`.engine_torch`), ``'native'`` (the C++ CPU kernel from ``kernels/talk``), ``'triton'`` (:mod:`.engine_triton`:
-CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``) and ``'auto'`` (Triton on CUDA, native on the CPU, else
-``'torch'`` with a one-time warning). ``'auto'`` and ``'native'`` call the per-device operators of
+CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``), ``'onnx'`` (:mod:`.engine_onnx`: standard ops for ONNX
+runtimes, inference only) and ``'auto'`` (``'onnx'`` while ``torch.onnx.export`` traces, else Triton on CUDA, native
+on the CPU, else ``'torch'`` with a one-time warning). ``'auto'`` and ``'native'`` call the per-device operators of
 :mod:`.operators`.
 """
 
@@ -43,6 +44,7 @@ import torch
 from .. import engines
 from . import operators
 from .checks import check_inputs, check_maxima
+from .engine_onnx import talk1d_onnx, talk2d_onnx
 from .reference import talk1d_reference, talk2d_reference
 
 __all__ = ['talk1d', 'talk2d', 'talk_offsets_dropout']
@@ -75,6 +77,8 @@ def talk1d(
     engine, resolved = _engine(x, engine, backend)
     if resolved == 'reference':
         return talk1d_reference(x, offsets, max_left, max_right)
+    if resolved == 'onnx':
+        return talk1d_onnx(x, offsets, max_left, max_right)
     if resolved == 'triton':
         from .engine_triton import talk1d_triton
 
@@ -103,6 +107,8 @@ def talk2d(
     engine, resolved = _engine(x, engine, backend)
     if resolved == 'reference':
         return talk2d_reference(x, offsets, *maxes)
+    if resolved == 'onnx':
+        return talk2d_onnx(x, offsets, *maxes)
     if resolved == 'triton':
         from .engine_triton import talk2d_triton
 

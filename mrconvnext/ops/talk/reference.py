@@ -11,14 +11,15 @@ import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 
-__all__ = ['talk1d_reference', 'talk2d_reference']
+__all__ = ['talk1d_reference', 'talk2d_reference', 'window_edges']
 
 
 # ------------------------------------------------------------------------------------------ reference
 
 
-def _ref_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
-    """Reference boundaries on one axis: (u, k) for start and end, u = k + f on the prefix axis."""
+def window_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
+    """Window boundaries on one axis of ``n`` cells: ``((u, k), (u, k))`` for the start and the end, ``u = k + f`` the
+    real position on the prefix axis and ``k`` (detached) the cell it interpolates in."""
     a = pos - d_start
     b = pos + d_end
     # Clamp with torch.where (explicit about the gradient at the bounds): zero gradient when a boundary is
@@ -44,7 +45,7 @@ def talk1d_reference(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_
     P = F.pad(torch.cumsum(x.to(acc).reshape(B, heads, R, L), -1), (1, 0))  # P[t] = sum_{j<t} x[j]
     off = offsets.to(acc)
     pos = torch.arange(L, device=x.device, dtype=acc)
-    start, end = _ref_edges(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
+    start, end = window_edges(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
 
     def interp(edge):
         u, k = edge
@@ -75,8 +76,8 @@ def talk2d_reference(
     off = offsets.to(acc)
     cols = torch.arange(W, device=x.device, dtype=acc)
     rows = torch.arange(H, device=x.device, dtype=acc)[:, None]
-    left, right = _ref_edges(cols, off[..., 0] * ml, off[..., 1] * mr, W)
-    top, bottom = _ref_edges(rows, off[..., 2] * mt, off[..., 3] * mb, H)
+    left, right = window_edges(cols, off[..., 0] * ml, off[..., 1] * mr, W)
+    top, bottom = window_edges(rows, off[..., 2] * mt, off[..., 3] * mb, H)
 
     def corner(ev, eu):
         (v, kv), (u, ku) = ev, eu

@@ -55,6 +55,7 @@ def have_native_cpu() -> bool:
 
 IMPLS = [
     'torch',
+    'onnx',  # the ONNX export's form (standard ops), run eagerly: its values and autograd against the specification
     pytest.param('native', marks=pytest.mark.skipif(not have_native_cpu(), reason='no C++ compiler')),
     # the Triton kernels on CPU tensors, through Triton's interpreter (tests/conftest.py turns it on without a GPU;
     # with a GPU the kernels are compiled and tests/cuda runs them on CUDA tensors)
@@ -485,7 +486,7 @@ def test_bad_inputs_2d(args, exc, match, engine):
 
 def test_bad_engine():
     with pytest.raises(
-        ValueError, match=r"talk: engine must be one of \('auto', 'native', 'triton', 'torch', 'reference'\)"
+        ValueError, match=r"talk: engine must be one of \('auto', 'native', 'triton', 'torch', 'reference', 'onnx'\)"
     ):
         talk1d(X1, O1, 2, 2, engine='cuda')
     with pytest.raises(ValueError, match='talk: backend must be one of'):
