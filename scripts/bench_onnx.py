@@ -10,6 +10,10 @@ two fresh random images. ONNX Runtime runs each file on the CPU provider with ``
 models are timed in interleaved rounds (each round times one batch of every model, in a rotating order, so load
 changes on a shared machine hit all alike) after two warm-up runs; reported are the medians, the ratios of
 throughput to the ConvNeXt of the same size, the export time and the number of ONNX nodes.
+
+``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
+since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch
+(``openvino_rel_error``); it times nothing there.
 """
 
 from __future__ import annotations
@@ -45,7 +49,27 @@ def _session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
 
 
-def export_case(name: str, folder: Path, img_size: int, threads: int) -> dict:
+def _openvino_rel_error(path: Path, model: torch.nn.Module, x: torch.Tensor) -> float:
+    import numpy as np
+    import openvino
+
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(str(path)), 'CPU', {'INFERENCE_PRECISION_HINT': 'f32'})
+    y = torch.from_numpy(np.asarray(compiled(x.numpy())[0])).double()
+    with torch.no_grad():
+        ref = model(x).double()
+    return float((y - ref).norm() / ref.norm())
+
+
+def _openvino_version(wanted: bool) -> str:
+    if not wanted:
+        return ''
+    import openvino
+
+    return f', openvino {openvino.__version__.split("-")[0]} (f32)'
+
+
+def export_case(name: str, folder: Path, img_size: int, threads: int, openvino: bool = False) -> dict:
     """Build, reparameterize, export and check one model; the row without timings, plus its session."""
     import onnx
     import timm
@@ -68,10 +92,13 @@ def export_case(name: str, folder: Path, img_size: int, threads: int) -> dict:
     with torch.no_grad():
         ref = model(check).double()
     graph = onnx.load(str(path)).graph
-    return dict(
+    row = dict(
         model=name, img_size=img_size, export_s=round(export_s, 1), rel_error=float((y - ref).norm() / ref.norm()),
         nodes=len(graph.node), mb=round(path.stat().st_size / 2**20, 1), session=session,
     )  # fmt: skip
+    if openvino:
+        row['openvino_rel_error'] = _openvino_rel_error(path, model, check)
+    return row
 
 
 def run(argv: list[str] | None = None) -> list[dict]:
@@ -83,6 +110,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--threads', type=int, default=2, help='ONNX Runtime intra-op threads')
     p.add_argument('--rounds', type=int, default=5, help='timed interleaved rounds')
     p.add_argument('--out', default='', help='folder for onnx_cpu.{csv,md} (default: print only)')
+    p.add_argument('--openvino', action='store_true', help='also check each file in OpenVINO (see above)')
     args = p.parse_args(argv)
     import numpy as np
     import onnxruntime as ort
@@ -92,7 +120,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
         for size in args.sizes:
             for name in [BASELINE[size]] + [f'{f}_{SUFFIX[size]}' for f in args.families]:
                 print(f'exporting {name} ...', file=sys.stderr, flush=True)
-                rows.append(export_case(name, Path(tmp), args.img_size, args.threads))
+                rows.append(export_case(name, Path(tmp), args.img_size, args.threads, args.openvino))
         rng = np.random.default_rng(0)
         inputs = {b: rng.standard_normal((b, 3, args.img_size, args.img_size), dtype=np.float32) for b in args.batches}
         times: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
@@ -120,11 +148,12 @@ def run(argv: list[str] | None = None) -> list[dict]:
         for b in args.batches:
             row[f'b{b}_ratio'] = round(base[f'b{b}_ms'] / row[f'b{b}_ms'], 3)
     versions = (
-        f'onnxruntime {ort.__version__}, torch {torch.__version__}, {platform.processor() or platform.machine()}, '
+        f'onnxruntime {ort.__version__}{_openvino_version(args.openvino)}, torch {torch.__version__}, '
+        f'{platform.processor() or platform.machine()}, '
         f'{args.threads} intra-op threads'
     )
     fields = ['model', 'img_size'] + [f'b{b}_{k}' for b in args.batches for k in ('ms', 'ratio')]
-    fields += ['export_s', 'rel_error', 'nodes', 'mb']
+    fields += ['export_s', 'rel_error', 'nodes', 'mb'] + (['openvino_rel_error'] if args.openvino else [])
     lines = _markdown(rows, fields, versions, argv)
     print('\n'.join(lines))
     if args.out:
@@ -149,7 +178,7 @@ def _markdown(rows: list[dict], fields: list[str], versions: str, argv: list[str
         '| ' + ' | '.join('---' for _ in fields) + ' |',
     ]
     for row in rows:
-        cells = [f'{row[f]:.1e}' if f == 'rel_error' else str(row[f]) for f in fields]
+        cells = [f'{row[f]:.1e}' if f.endswith('rel_error') else str(row[f]) for f in fields]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return lines
 
