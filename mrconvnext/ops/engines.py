@@ -12,8 +12,8 @@ Vocabulary (the same in every family)
 ONNX export
     While ``torch.onnx.export`` traces a model (:func:`onnx_exporting`), ``'auto'`` resolves to forms in standard
     ATen ops, so the exported graph holds standard ONNX operators only and needs no registration: the long
-    convolution's matrix-product methods (ONNX has no fast FFT) or ``'direct'`` for short kernels, TaLK's and
-    DynamicConv's ``'onnx'`` engines. ``torch.export`` alone keeps the
+    convolution's matrix-product methods (ONNX has no fast FFT; the row DFT on its ``'onnx'`` engine) or ``'direct'``
+    for short kernels, TaLK's and DynamicConv's ``'onnx'`` engines. ``torch.export`` alone keeps the
     package's operators (the program then runs on the CPU and CUDA kernels).
 
 Operators dispatch per device as ATen's do: ``mrconvnext::talk1d`` runs the native kernel on the CPU and the
@@ -89,7 +89,7 @@ __all__ = [
 
 LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
 MATMUL_METHODS = ('toeplitz', 'rowdft')
-LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft')
+LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft', 'onnx')
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
 LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
@@ -456,8 +456,9 @@ def long_conv_choice(
     (the input's, or autocast's where it is on) of ``length`` on ``device_type`` and a kernel whose ``taps`` (with
     ``zero_lag``) reach it.
 
-    ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`: ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast FFT).
+    ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`, or with ``engine='onnx'``: ``'direct'`` for
+    at most ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast
+    FFT), the row DFT on the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`, a layout CPU runtimes transpose fast).
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
     GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that
@@ -469,14 +470,19 @@ def long_conv_choice(
     """
     check_choice('long_conv1d', 'method', method, LONG_CONV_METHODS)
     check_choice('long_conv1d', 'engine', engine, LONG_CONV_ENGINES)
-    if method == 'auto' and engine == 'auto' and onnx_exporting():
+    if (engine == 'onnx' or (engine == 'auto' and onnx_exporting())) and method in ('auto', 'rowdft'):
         # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
-        direct = known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
-        return ('direct' if direct else matmul_method(length)), 'torch'
+        direct = method == 'auto' and known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
+        method = 'direct' if direct else matmul_method(length) if method == 'auto' else method
+        return method, ('onnx' if method == 'rowdft' else 'torch')
     if method in ('direct', *MATMUL_METHODS):
+        if engine == 'onnx' and method != 'rowdft':
+            return method, 'torch'  # the ONNX forms of the other two are the 'torch' engine's
         if engine not in ('auto', 'torch'):
             raise ValueError(f"long_conv1d: method={method!r} runs on the 'torch' engine only, got engine={engine!r}")
         return method, 'torch'
+    if engine == 'onnx':
+        raise ValueError(f"long_conv1d: engine='onnx' runs the matmul and direct methods, got method={method!r}")
     if engine == 'flashfft' or (engine == 'auto' and method == 'auto'):
         if flashfft_fits(device_type, dtype, length, taps, zero_lag):
             return 'fft', 'flashfft'

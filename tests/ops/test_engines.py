@@ -163,8 +163,13 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
         )
 
     onnx = during(True, True)
-    assert onnx[:3] == (('rowdft', 'torch'), ('toeplitz', 'torch'), ('direct', 'torch'))
+    assert onnx[:3] == (('rowdft', 'onnx'), ('toeplitz', 'torch'), ('direct', 'torch'))
     assert onnx[3] == 'fft' and onnx[4] and onnx[5:] == ('onnx', 'torch')
+    choice = engines.long_conv_choice
+    assert choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'onnx') == ('rowdft', 'onnx')  # asked for
+    assert choice('cpu', torch.float32, 3136, 3136, 1567, 'toeplitz', 'onnx') == ('toeplitz', 'torch')
+    with pytest.raises(ValueError, match="engine='onnx' runs the matmul and direct methods, got method='fft'"):
+        choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'onnx')
     for off in (during(False, True), during(True, False), during(False, False)):  # torch.export alone, or not tracing
         assert off[0][0] == 'fft' and off[1][0] == 'fft' and off[5] == 'torch'
         assert not off[4]  # the native kernel, or 'torch' where it does not build

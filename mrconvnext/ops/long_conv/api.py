@@ -32,6 +32,8 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
 - ``method='toeplitz'`` / ``'rowdft'``: matrix products, no FFT (engine ``'torch'``, :mod:`.grid` has the
   identities): one ``L x L`` Toeplitz product per channel, or a row DFT of the sequence folded into about
   ``sqrt(L)`` rows, a small Toeplitz product per channel and frequency, and the inverse row DFT.
+- engine ``'onnx'`` (:mod:`.engine_onnx`): the row DFT in a channels-first layout, what ``'auto'`` runs for long
+  maps while ``torch.onnx.export`` traces; it takes the matmul and direct methods, never ``'fft'``.
 - ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.engines.DIRECT_MAX_TAPS` taps; for fp16 / bf16
   convolutions on CUDA (half inputs or autocast) the matmul methods (Toeplitz up to
   :data:`~mrconvnext.ops.engines.TOEPLITZ_MAX_LENGTH`, else row DFT), where flashfftconv is not installed; else
@@ -54,7 +56,7 @@ import torch
 from .. import engines
 from ..checks import autocast_dtype, autocast_off
 from ..symbolic import sym_min
-from . import engine_flashfft, engine_torch, operators
+from . import engine_flashfft, engine_onnx, engine_torch, operators
 from .checks import check_long_conv
 from .engine_torch import direct_conv1d
 from .layout import crop_kernel
@@ -119,7 +121,8 @@ def long_conv1d(
         bias: optional ``(C,)`` added to every output.
         zero_lag: index of lag 0 in the kernel.
         method: ``'auto'``, ``'fft'``, ``'direct'``, ``'toeplitz'`` or ``'rowdft'``.
-        engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``.
+        engine: ``'auto'``, ``'native'``, ``'torch'``, ``'flashfft'`` or ``'onnx'`` (the matmul and direct methods
+            in the forms ONNX runtimes run fast: what ``'auto'`` runs under ``torch.onnx.export``).
         backend: deprecated spelling (``'fft'`` / ``'direct'``: the method; ``'flashfft'``: the engine).
         spectrum_cache: deprecated and ignored (the function keeps no state, and nothing derived from a kernel is
             kept between calls).
@@ -155,6 +158,8 @@ def long_conv1d(
             dtype = torch.float64 if compute == torch.float64 else x.dtype
             x, kernel = x.to(dtype), kernel.to(dtype)
         conv = engine_torch.toeplitz_conv if chosen == 'toeplitz' else engine_torch.rowdft_conv
+        if resolved == 'onnx':
+            conv = engine_onnx.rowdft_conv
         y = conv(x, kernel if stacked else kernel.unsqueeze(0), zero_lag)
         if bias is not None:
             y = y + bias.to(y.dtype).unsqueeze(-1)

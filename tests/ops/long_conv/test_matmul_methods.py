@@ -41,14 +41,18 @@ def reference(x, k, zero_lag):
         (200, 41, 0),
     ],
 )
-def test_float64_matches_the_direct_convolution(method, L, K, zero_lag):
-    """Bidirectional and causal, shorter and longer than the sequence, prime lengths (folded with padding)."""
+@pytest.mark.parametrize('engine', ['torch', 'onnx'])
+def test_float64_matches_the_direct_convolution(method, L, K, zero_lag, engine):
+    """Bidirectional and causal, shorter and longer than the sequence, prime lengths (folded with padding); the
+    ONNX export's engine (the row DFT in a channels-first layout) as well."""
     x = torch.randn(2, 3, L, dtype=DT)
     k = torch.randn(3, K, dtype=DT)
     b = torch.randn(3, dtype=DT)
-    y = long_conv1d(x, k, b, zero_lag=zero_lag, method=method)
+    y = long_conv1d(x, k, b, zero_lag=zero_lag, method=method, engine=engine)
     torch.testing.assert_close(y, reference(x, k, zero_lag) + b[:, None], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(y, shifted_sum_conv(x, k, zero_lag) + b[:, None], rtol=1e-10, atol=1e-10)
+    y32 = long_conv1d(x.float(), k.float(), b.float(), zero_lag=zero_lag, method=method, engine=engine)
+    torch.testing.assert_close(y32.double(), y, rtol=0, atol=5e-6 * y.abs().max().item())
 
 
 @pytest.mark.parametrize('method', METHODS)
@@ -61,6 +65,8 @@ def test_channels_last_maps_and_stacked_kernels(method, H, W):
     k = torch.randn(3, 6, 2 * L - 1, dtype=DT)
     y = long_conv1d(x, k, zero_lag=L - 1, method=method)
     ref = torch.stack([reference(x, k[i], L - 1) for i in range(3)], 1)
+    torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+    y = long_conv1d(x, k, zero_lag=L - 1, method=method, engine='onnx')
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
     if method == 'rowdft':
         assert long_conv1d(x, k[0], zero_lag=L - 1, method=method).stride() == x.stride()
