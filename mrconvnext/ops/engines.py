@@ -50,6 +50,7 @@ from .symbolic import known_true
 __all__ = [
     'MATMUL_METHODS',
     'TOEPLITZ_MAX_LENGTH',
+    'ONNX_TOEPLITZ_MAX_LENGTH',
     'LONG_CONV_METHODS',
     'LONG_CONV_ENGINES',
     'TALK_ENGINES',
@@ -104,6 +105,10 @@ DIRECT_MAX_TAPS = 64
 # stages 3-4 at 224 px (L = 196, 49) take the Toeplitz product and stages 1-2 (3136, 784) the row DFT; the GPU
 # measurement issue replaces it with a measured value.
 TOEPLITZ_MAX_LENGTH = 256
+# The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --ops
+# long_conv`: at L = 196 the row DFT ('onnx' layout) takes 0.5-0.75x Toeplitz's time at batch 1 and 1.15-1.3x at
+# batch 8 (one graph serves every batch: latency wins); at L = 49 Toeplitz is 4-10x faster.
+ONNX_TOEPLITZ_MAX_LENGTH = 100
 
 # ----------------------------------------------------------------------------------------------- warnings
 
@@ -443,10 +448,11 @@ def fft_engine(device_type: str, dtype: torch.dtype) -> str:
     return 'torch'
 
 
-def matmul_method(length: int) -> str:
-    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to :data:`TOEPLITZ_MAX_LENGTH`, else
-    ``'rowdft'`` (the one place the crossover is decided)."""
-    return 'toeplitz' if length <= TOEPLITZ_MAX_LENGTH else 'rowdft'
+def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
+    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`,
+    or :data:`ONNX_TOEPLITZ_MAX_LENGTH` for the ONNX forms), else ``'rowdft'`` (the one place the crossover is
+    decided)."""
+    return 'toeplitz' if length <= limit else 'rowdft'
 
 
 def long_conv_choice(
@@ -473,7 +479,7 @@ def long_conv_choice(
     if (engine == 'onnx' or (engine == 'auto' and onnx_exporting())) and method in ('auto', 'rowdft'):
         # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
         direct = method == 'auto' and known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
-        method = 'direct' if direct else matmul_method(length) if method == 'auto' else method
+        method = 'direct' if direct else matmul_method(length, ONNX_TOEPLITZ_MAX_LENGTH) if method == 'auto' else method
         return method, ('onnx' if method == 'rowdft' else 'torch')
     if method in ('direct', *MATMUL_METHODS):
         if engine == 'onnx' and method != 'rowdft':

@@ -163,7 +163,8 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
         )
 
     onnx = during(True, True)
-    assert onnx[:3] == (('rowdft', 'onnx'), ('toeplitz', 'torch'), ('direct', 'torch'))
+    assert onnx[:3] == (('rowdft', 'onnx'), ('rowdft', 'onnx'), ('direct', 'torch'))
+    assert engines.long_conv_choice('cpu', torch.float32, 49, 97, 48, 'auto', 'onnx') == ('toeplitz', 'torch')
     assert onnx[3] == 'fft' and onnx[4] and onnx[5:] == ('onnx', 'torch')
     choice = engines.long_conv_choice
     assert choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'onnx') == ('rowdft', 'onnx')  # asked for

@@ -1,0 +1,135 @@
+"""The candidate ONNX forms of each mixer operator, one against another in ONNX Runtime on the CPU, at stage shapes.
+
+    python scripts/bench_onnx_forms.py                   # every operator, batch 1 and 8, 2 threads
+    python scripts/bench_onnx_forms.py --ops long_conv   # one family
+
+Each form is a plain PyTorch function of the package (the engines ``'auto'`` picks under ``torch.onnx.export`` and
+the alternatives they were chosen against), exported alone with ``torch.onnx.export(..., dynamo=True)`` and timed
+in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs after three warm-up runs). The shapes are
+ConvNeXt-atto's and -T's stages (channels, map). The maximum error against the float64 specification, relative to
+the largest output, is checked (< 1e-4). This is what chose ``engines.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
+DynamicConv forms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
+
+import torch  # noqa: E402
+
+
+class _Call(torch.nn.Module):
+    """``fn(*inputs, *weights, *consts)`` with the weights as buffers: constants of the exported graph, as a deployed
+    model's kernels are (ONNX Runtime folds what depends on them alone)."""
+
+    def __init__(self, fn, weights: tuple, consts: tuple) -> None:
+        super().__init__()
+        self.fn, self.consts = fn, consts
+        for i, w in enumerate(weights):
+            self.register_buffer(f'w{i}', w)
+        self.n = len(weights)
+
+    def forward(self, *inputs):
+        return self.fn(*inputs, *(getattr(self, f'w{i}') for i in range(self.n)), *self.consts)
+
+
+def _time(fn, tensors: tuple, weights: tuple, consts: tuple, threads: int, repeats: int, folder: Path):
+    import onnxruntime as ort
+
+    path = folder / 'form.onnx'
+    module = _Call(fn, weights, consts)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(module, tensors, str(path), dynamo=True, external_data=False, verbose=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(path), options, providers=['CPUExecutionProvider'])
+    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
+    for _ in range(3):
+        y = session.run(None, feed)[0]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times), torch.from_numpy(y)
+
+
+def cases(ops: list[str], batches: list[int]):
+    """``(op, shape, {form: fn}, inputs, weights, consts, reference fn)`` per operator, shape and batch."""
+    from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_onnx
+    from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
+    from mrconvnext.ops.long_conv import engine_onnx, engine_torch
+    from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
+    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx
+
+    g = torch.Generator().manual_seed(0)
+    for B in batches:
+        if 'long_conv' in ops:  # (C, L): atto and T stages 1-4
+            for C, L in [(40, 3136), (80, 784), (160, 196), (320, 49), (96, 3136), (192, 784), (384, 196), (768, 49)]:
+                x, k = torch.randn(B, C, L, generator=g), torch.randn(1, C, 2 * L - 1, generator=g) / L
+                forms = {'toeplitz': engine_torch.toeplitz_conv, 'rowdft/torch': engine_torch.rowdft_conv,
+                         'rowdft/onnx': engine_onnx.rowdft_conv}  # fmt: skip
+                if L > 1000:
+                    del forms['toeplitz']  # an L x L matrix per channel: gigabytes
+                yield 'long_conv', (B, C, L), forms, (x,), (k,), (L - 1,), engine_torch.toeplitz_conv
+        if 'talk' in ops:  # (C, heads, H, W)
+            for C, heads, H, W in [(40, 4, 56, 56), (160, 16, 14, 14)]:
+                x, off = torch.randn(B, C, H * W, generator=g), torch.rand(B, heads, H * W, 2, generator=g)
+                forms = {'reference': talk1d_reference, 'onnx': talk1d_onnx}
+                yield 'talk1d', (B, C, H * W), forms, (x, off), (), (30, 30), talk1d_reference
+                x, off = torch.randn(B, C, H, W, generator=g), torch.rand(B, heads, H, W, 4, generator=g)
+                yield (
+                    'talk2d',
+                    (B, C, H, W),
+                    {'reference': talk2d_reference},
+                    (x, off),
+                    (),
+                    (3, 3, 3, 3),
+                    talk2d_reference,
+                )
+        if 'dynamic_conv' in ops:  # (heads, R, L, K)
+            for H, R, L, K in [(2, 20, 3136, 7), (10, 16, 196, 31)]:
+                x = torch.randn(B, H, R, L, generator=g)
+                w = torch.softmax(torch.randn(B, H, L, K, generator=g), -1)
+                forms = {'tap loop': lambda x, w, z: dynamic_conv_decomposition(x, w.transpose(2, 3), z),
+                         'onnx': dynamic_conv_onnx}  # fmt: skip
+                yield 'dynamic_conv', (B, H * R, L, K), forms, (x, w), (), ((K - 1) // 2,), forms['tap loop']
+
+
+def run(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--ops', nargs='+', default=['long_conv', 'talk', 'dynamic_conv'])
+    p.add_argument('--batches', nargs='+', type=int, default=[1, 8])
+    p.add_argument('--threads', type=int, default=2)
+    p.add_argument('--repeats', type=int, default=11)
+    args = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for op, shape, forms, tensors, weights, consts, reference in cases(args.ops, args.batches):
+            with torch.no_grad():
+                ref = reference(*(t.double() for t in tensors + weights), *consts)
+            row = {'op': op, 'shape': shape}
+            for name, fn in forms.items():
+                ms, y = _time(fn, tensors, weights, consts, args.threads, args.repeats, Path(tmp))
+                err = float((y.double() - ref).abs().max() / ref.abs().max())
+                if not err < 1e-4:
+                    raise SystemExit(f'{op} {shape} {name}: error {err:.2e} against float64')
+                row[name] = round(ms, 2)
+            rows.append(row)
+            print(' | '.join(f'{k} {v}' for k, v in row.items()), flush=True)
+    return rows
+
+
+if __name__ == '__main__':
+    run()
