@@ -182,7 +182,7 @@ def test_bad_zero_lag_method_and_engine():
         ValueError, match=r"method must be one of \('auto', 'fft', 'direct', 'toeplitz', 'rowdft'\), got 'cufft'"
     ):
         long_conv1d(x, k, method='cufft')
-    with pytest.raises(ValueError, match=r"engine must be one of \('auto', 'native', 'torch', 'flashfft'\)"):
+    with pytest.raises(ValueError, match=r"engine must be one of \('auto', 'native', 'torch', 'flashfft', 'onnx'\)"):
         long_conv1d(x, k, engine='cuda')
     with pytest.raises(ValueError, match="method='direct' runs on the 'torch' engine only"):
         long_conv1d(x, k, method='direct', engine='native')
