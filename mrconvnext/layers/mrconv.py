@@ -477,7 +477,7 @@ class MRConv2d(MRConv1d):
         H, W = static_size(H), static_size(W)  # TorchScript's trace: sizes as tensors
         H0, W0 = self.input_size
         rule = self.lag_remap
-        # statically_known_true: plain ints compare as usual; a graph compiled for dynamic sizes takes the general
+        # known_true: plain ints compare as usual; a graph compiled for dynamic sizes takes the general
         # path at every size (the same convolution), so a stage meeting its nominal width adds no guard
         as_is = known_true(W == W0) and (rule == 'split' or known_true(H <= H0))
         if rule == 'none' or as_is:

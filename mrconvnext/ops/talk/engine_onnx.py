@@ -7,9 +7,9 @@ results the specification's (:mod:`.reference`) up to float32 rounding.
 1-D: the prefix table ``P`` and ``x`` are laid out position-major, rows of the ``R`` channels of a head, and a window
 end at ``u = k + f`` reads ``P(u) = P[k] + f x[k]`` (the identity ``P[k + 1] - P[k] = x[k]``: no cancellation in a
 long prefix sum), so the four lookups of a window are ``Gather``s of whole rows along axis 0 with ``(B, heads, L)``
-indices. The
-specification gathers single elements (``GatherElements``), which needs its indices broadcast to the full
-``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the price.
+indices. The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
+full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the
+price.
 2-D: the specification itself. The row-gather form needs sixteen full-size lookups per box and measured slower in
 ONNX Runtime (so did a one-gather form reading four tables, for both 1-D and 2-D).
 """
