@@ -50,6 +50,7 @@ from .symbolic import known_true
 __all__ = [
     'MATMUL_METHODS',
     'TOEPLITZ_MAX_LENGTH',
+    'TOEPLITZ_MIN_BATCH',
     'ONNX_TOEPLITZ_MAX_LENGTH',
     'LONG_CONV_METHODS',
     'LONG_CONV_ENGINES',
@@ -99,12 +100,22 @@ LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 # 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
 DIRECT_MAX_TAPS = 64
 
-# The matmul methods' crossover, for half-precision CUDA convolutions: the Toeplitz product (identity 3, L
-# multiply-adds per element, one GEMM) up to this length, the row DFT (identity 2, about 4 (P + Q) ~ 8 sqrt(L) per
-# element in three GEMMs and two intermediates) beyond. Provisional: chosen from those counts so that ConvNeXt's
-# stages 3-4 at 224 px (L = 196, 49) take the Toeplitz product and stages 1-2 (3136, 784) the row DFT; the GPU
-# measurement issue replaces it with a measured value.
+# The matmul methods' crossover (the explicit 'matmul' choice of tools.common.set_mixer_method): the Toeplitz
+# product (identity 3, L multiply-adds per element, one GEMM) up to this length, the row DFT (identity 2, about
+# 4 (P + Q) ~ 8 sqrt(L) per element in three GEMMs and two intermediates) beyond.
 TOEPLITZ_MAX_LENGTH = 256
+# What 'auto' runs for half-precision CUDA convolutions, measured on an H200 (docs/gpu/h200_2026-11-26b: bf16
+# autocast, channels-last, mrconvnext_t, ms per step):
+# - eager forward without a backward: torch.fft (cuFFT, float32), but the Toeplitz product for sequences up to
+#   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH. The deployed model's eval at batch 128 took 34.2
+#   on the matmul methods (row DFT beyond 256), 26.2 on torch.fft, 24.3 with Toeplitz up to 256 and torch.fft
+#   beyond; at batch 32, 12.8 on torch.fft and 13.5 with Toeplitz; at 8, 11.3 and 22.6; at 1, 14.6 and 26.2
+#   (the Toeplitz path's host time, which a small batch does not hide);
+# - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses: the compiled
+#   deployed eval at batch 128 ran at 0.84x convnext_tiny on them and 0.60x with torch.fft at stages 1-2;
+# - with a backward: torch.fft. The branched training step (BatchNorm fold) took 1141 on the matmul methods and
+#   373-432 on torch.fft; combine='scale' 162 (matmul), 95 (Toeplitz up to 256) and 82 (torch.fft).
+TOEPLITZ_MIN_BATCH = 64
 # The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --ops
 # long_conv`: at L = 196 the row DFT ('onnx' layout) takes 0.5-0.75x Toeplitz's time at batch 1 and 1.15-1.3x at
 # batch 8 (one graph serves every batch: latency wins); at L = 49 Toeplitz is 4-10x faster.
@@ -456,20 +467,30 @@ def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
 
 
 def long_conv_choice(
-    device_type: str, dtype: torch.dtype, length: int, taps: int, zero_lag: int, method: str, engine: str
+    device_type: str,
+    dtype: torch.dtype,
+    length: int,
+    taps: int,
+    zero_lag: int,
+    method: str,
+    engine: str,
+    batch: int | None = None,
+    grad: bool = False,
 ) -> tuple[str, str]:
     """``(method, engine)`` that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
-    (the input's, or autocast's where it is on) of ``length`` on ``device_type`` and a kernel whose ``taps`` (with
-    ``zero_lag``) reach it.
+    (the input's, or autocast's where it is on) of ``length`` on ``device_type``, a kernel whose ``taps`` (with
+    ``zero_lag``) reach it, ``batch`` sequences (None: not known), and (``grad``) a backward to come.
 
     ``method='auto'`` with ``engine='auto'`` under :func:`onnx_exporting`, or with ``engine='onnx'``: ``'direct'`` for
     at most ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast
     FFT), the row DFT on the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`, a layout CPU runtimes transpose fast).
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps, else for fp16 / bf16 on CUDA the matmul methods (:func:`matmul_method`: tensor-core
-    GEMMs, no torch.fft), else ``'fft'`` (float32 on CUDA keeps cuFFT's float32 accuracy). With sizes that
-    ``torch.compile`` traces symbolically the direct method is taken only where the taps are provably few for every
-    size the graph serves: the choice adds no guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
+    ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA, without a backward and in a batch of at least
+    ``TOEPLITZ_MIN_BATCH``, the matmul methods (tensor-core GEMMs): under ``torch.compile`` those of
+    :func:`matmul_method`, in eager the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
+    ``'fft'`` (computed in float32). The measurements behind it are at ``TOEPLITZ_MIN_BATCH``. With sizes that ``torch.compile`` traces symbolically the direct method and the
+    Toeplitz product are taken only where their conditions hold for every size the graph serves: the choice adds no
+    guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
     and direct methods run on the ``'torch'`` engine. ``'flashfft'`` where flashfftconv cannot run falls back to
     ``'auto'`` with a one-time warning (which sizes it takes depends on the input). ``'native'`` where it cannot
     run raises RuntimeError.
@@ -503,8 +524,13 @@ def long_conv_choice(
         direct = engine in ('auto', 'torch') and known_true(taps <= DIRECT_MAX_TAPS)
         if direct:
             return 'direct', 'torch'
-        if engine in ('auto', 'torch') and device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16):
-            return matmul_method(length), 'torch'
+        half_cuda = device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16)
+        large = batch is not None and known_true(batch >= TOEPLITZ_MIN_BATCH)
+        if engine in ('auto', 'torch') and half_cuda and large and not grad:
+            if torch.compiler.is_compiling():  # inductor fuses the layout copies around the GEMMs
+                return matmul_method(length), 'torch'
+            if known_true(length <= TOEPLITZ_MAX_LENGTH):
+                return 'toeplitz', 'torch'
     if engine == 'native':
         if fft_engine(device_type, dtype) != 'native':
             why = _native_reason(FFTCONV_EXT) if device_type == 'cpu' else f'no kernel for {device_type} tensors'
@@ -533,14 +559,17 @@ def resolve(
     engine: str = 'auto',
     length: int = 3136,
     taps: int = 3136,
+    batch: int | None = None,
+    grad: bool = False,
 ) -> tuple[str, str]:
-    """``(method, engine)`` that ``op`` runs on ``device`` for ``dtype`` inputs, a sequence of ``length`` and (long
-    convolutions) a kernel of ``taps`` centred taps. ``op``: ``'long_conv1d'``, ``'branch_conv_bn_sum'``,
+    """``(method, engine)`` that ``op`` runs on ``device`` for ``dtype`` inputs, a sequence of ``length``, (long
+    convolutions) a kernel of ``taps`` centred taps, ``batch`` sequences (None: not known) and ``grad`` (a backward
+    to come). ``op``: ``'long_conv1d'``, ``'branch_conv_bn_sum'``,
     ``'talk1d'``, ``'talk2d'``, ``'dynamic_conv1d'``, ``'light_conv1d'`` (one method each but the long convolution's:
     ``'-'``)."""
     device = torch.device(device)
     if op == 'long_conv1d':
-        return long_conv_choice(device.type, dtype, length, taps, taps // 2, method, engine)
+        return long_conv_choice(device.type, dtype, length, taps, taps // 2, method, engine, batch, grad)
     if op == 'branch_conv_bn_sum':
         fused = device.type == 'cpu' and dtype in (torch.float32, torch.float64) and native_available(FFTCONV_EXT)
         return '-', ('native' if fused else 'none (the layers use F.batch_norm)')
@@ -561,7 +590,7 @@ def report() -> str:
     lines = [
         'mrconvnext engines: what engine="auto" runs',
         '',
-        f'{"operator":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
+        f'{"operator (long convolutions: batch 128)":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
     ]
     # (op, sequence length, taps): long convolutions at ConvNeXt-T's stage-1 and stage-3 lengths, and a short kernel
     rows = [('long_conv1d', 3136, 3136), ('long_conv1d', 196, 196), ('long_conv1d', 3136, 7)]
@@ -573,7 +602,7 @@ def report() -> str:
             for device in ('cpu', 'cuda'):
                 for dtype in (torch.float32, torch.bfloat16):
                     try:
-                        method, engine = resolve(op, device, dtype, length=length, taps=taps)
+                        method, engine = resolve(op, device, dtype, length=length, taps=taps, batch=128)
                     except RuntimeError as exc:
                         method, engine = '-', f'unavailable ({exc})'
                     name = f'{op}' + (f' (L={length}, {taps} taps)' if op == 'long_conv1d' else '')

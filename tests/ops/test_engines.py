@@ -28,8 +28,9 @@ def test_long_convolutions_choose_by_taps_device_and_dtype():
     assert engines.resolve('long_conv1d', 'cpu', taps=auto) == ('direct', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', taps=auto + 1) == ('fft', 'native' if NATIVE else 'torch')
     assert engines.resolve('long_conv1d', 'cuda', taps=3136) == ('fft', 'torch')  # cuFFT through torch.fft
-    # half precision on CUDA without flashfftconv: the matmul methods (tests/ops/long_conv/test_matmul_methods.py)
-    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136) == ('rowdft', 'torch')
+    # half precision on CUDA without flashfftconv: torch.fft but short maps in large batches
+    # (tests/ops/long_conv/test_matmul_methods.py)
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136, batch=128) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, method='fft', taps=3136) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', method='fft', engine='torch', taps=7) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', engine='torch', taps=7) == ('direct', 'torch')
@@ -110,7 +111,7 @@ def test_the_report_names_every_operator_and_the_build_state():
     lines = text.splitlines()
     line = next(x for x in lines if x.startswith('long_conv1d (L=3136, 7 taps)') and ' cpu ' in x)
     assert line.split()[-2:] == ['direct', 'torch']
-    for op, method in ((long[0], 'rowdft'), (long[1], 'toeplitz')):
+    for op, method in ((long[0], 'fft'), (long[1], 'toeplitz')):
         line = next(x for x in lines if x.startswith(op) and ' cuda ' in x and 'bfloat16' in x)
         assert line.split()[-2:] == [method, 'torch']
 

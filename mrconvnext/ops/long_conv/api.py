@@ -35,9 +35,11 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
 - engine ``'onnx'`` (:mod:`.engine_onnx`): the row DFT in a channels-first layout, what ``'auto'`` runs for long
   maps while ``torch.onnx.export`` traces; it takes the matmul and direct methods, never ``'fft'``.
 - ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.engines.DIRECT_MAX_TAPS` taps; for fp16 / bf16
-  convolutions on CUDA (half inputs or autocast) the matmul methods (Toeplitz up to
-  :data:`~mrconvnext.ops.engines.TOEPLITZ_MAX_LENGTH`, else row DFT), where flashfftconv is not installed; else
-  ``'fft'`` on the device's engine.
+  convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, without a backward to come
+  and in batches of at least :data:`~mrconvnext.ops.engines.TOEPLITZ_MIN_BATCH`, the matmul methods (eager: the
+  Toeplitz product up to :data:`~mrconvnext.ops.engines.TOEPLITZ_MAX_LENGTH`; compiled: Toeplitz, else row DFT);
+  else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.engines.TOEPLITZ_MIN_BATCH`'s
+  comment).
 
 Precision. The FFT and direct paths compute in float32 (float64 for float64 inputs) also under autocast and for
 fp16 / bf16 inputs, and return the input dtype. The matmul methods compute in the dtype of their products: under
@@ -87,16 +89,18 @@ def _batch_to_groups(t: torch.Tensor, batch: int) -> torch.Tensor:
 
 
 def _choose(
-    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str, engine: str
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str, engine: str, grad: bool
 ) -> tuple[str, str, torch.dtype | None, torch.dtype]:
     """``(method, engine, autocast dtype or None, compute dtype of the FFT and direct paths)`` for a convolution of
-    ``x`` with ``kernel``: the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps them, without a
+    ``x`` with ``kernel`` (``grad``: a backward to come): the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps them, without a
     guard on the sizes under torch.compile) go to :func:`mrconvnext.ops.engines.long_conv_choice`."""
     L = x.shape[-1]
     zero = sym_min(zero_lag, L - 1)
     taps = zero + 1 + sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
     amp = autocast_dtype(x.device.type)
-    chosen, resolved = engines.long_conv_choice(x.device.type, amp or x.dtype, L, taps, zero, method, engine)
+    chosen, resolved = engines.long_conv_choice(
+        x.device.type, amp or x.dtype, L, taps, zero, method, engine, batch=x.shape[0], grad=grad
+    )
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
     return chosen, resolved, amp, compute
 
@@ -139,7 +143,8 @@ def long_conv1d(
             stacklevel=2,
         )
     check_long_conv(x, kernel, zero_lag, bias, shared=True)
-    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
+    grad = torch.is_grad_enabled() and (x.requires_grad or kernel.requires_grad)
+    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine, grad)
     if kernel.shape[-2] != x.shape[1]:  # shared filters (module docstring)
         if chosen not in engines.MATMUL_METHODS:
             kernel = _per_channel(kernel, x.shape[1])
@@ -202,7 +207,7 @@ def long_conv1d_vjp(
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
     backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel`` (shared filters'
     gradients summed over their channels)."""
-    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine)
+    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine, grad=True)
     if kernel.shape[-2] != x.shape[1]:  # shared filters, as long_conv1d takes them
         M = kernel.shape[-2]
         if chosen not in engines.MATMUL_METHODS:

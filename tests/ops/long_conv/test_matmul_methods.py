@@ -108,17 +108,52 @@ def test_gradcheck(method):
     assert torch.autograd.gradcheck(lambda x, k, b: long_conv1d(x, k, b, zero_lag=6, method=method), (x, k, b))
 
 
-def test_auto_takes_the_matmul_methods_for_half_cuda_convolutions_only():
+def test_auto_takes_the_toeplitz_product_for_short_half_cuda_convolutions_in_large_batches_only():
+    big, short = engines.TOEPLITZ_MIN_BATCH, engines.TOEPLITZ_MAX_LENGTH
     for dtype in (torch.float16, torch.bfloat16):
-        assert engines.resolve('long_conv1d', 'cuda', dtype, length=3136) == ('rowdft', 'torch')
-        assert engines.resolve('long_conv1d', 'cuda', dtype, length=784) == ('rowdft', 'torch')
-        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196) == ('toeplitz', 'torch')
-        assert engines.resolve('long_conv1d', 'cuda', dtype, length=49, taps=97) == ('toeplitz', 'torch')
-    assert engines.resolve('long_conv1d', 'cuda', torch.float32) == ('fft', 'torch')  # float32 keeps cuFFT
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=3136, batch=128) == ('fft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=short + 1, batch=128) == ('fft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=short, batch=big) == ('toeplitz', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=49, taps=97, batch=128) == ('toeplitz', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big - 1) == ('fft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196) == ('fft', 'torch')  # batch not known
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big, grad=True) == ('fft', 'torch')
+    assert engines.resolve('long_conv1d', 'cuda', torch.float32, length=196, batch=128) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', torch.bfloat16)[0] == 'fft'  # the CPU is unchanged
     assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=7) == ('direct', 'torch')
     with pytest.raises(ValueError, match="method='rowdft' runs on the 'torch' engine only"):
         engines.resolve('long_conv1d', 'cpu', method='rowdft', engine='native')
+
+
+def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches():
+    """Traced by dynamo (``torch.compiler.is_compiling()``), the choice for large batches without a backward is the
+    matmul methods' (inductor fuses their layout copies); small batches and backwards keep torch.fft."""
+    choices = []
+
+    def f(x):
+        for length, batch, grad in ((3136, 128, False), (196, 128, False), (3136, 8, False), (3136, 128, True)):
+            choices.append(
+                engines.resolve('long_conv1d', 'cuda', torch.bfloat16, length=length, batch=batch, grad=grad)
+            )
+        return x + 1
+
+    torch._dynamo.reset()
+    torch.compile(f, backend='eager', fullgraph=True)(torch.zeros(2))
+    assert choices == [('rowdft', 'torch'), ('toeplitz', 'torch'), ('fft', 'torch'), ('fft', 'torch')]
+
+
+def test_long_conv1d_tells_the_choice_whether_a_backward_follows():
+    """Fake CUDA tensors, bf16, a stage-3 map in a batch of 128: the Toeplitz product without autograd, torch.fft
+    (the package's FFT operator) when the input requires a gradient."""
+    B, C, L = engines.TOEPLITZ_MIN_BATCH, 16, 196
+    for requires_grad, expected in ((False, 'aten.bmm.default'), (True, 'mrconvnext.fft_conv.default')):
+        rec = _Record()
+        with FakeTensorMode():
+            x = torch.randn(B, C, L, device='cuda', dtype=torch.bfloat16, requires_grad=requires_grad)
+            k = torch.randn(C, 2 * L - 1, device='cuda', dtype=torch.bfloat16)
+            with rec:
+                long_conv1d(x, k, zero_lag=L - 1)
+        assert expected in rec.ops, sorted(rec.ops)
 
 
 @pytest.mark.parametrize('method', METHODS)
@@ -151,9 +186,10 @@ class _Record(TorchDispatchMode):
         return out
 
 
-def test_a_deployed_mrconvnext_t_on_cuda_under_bf16_autocast_runs_no_fft():
-    """Fake CUDA tensors (no GPU needed): batch 128 at 224 px, channels-last, bf16 autocast. The mixers call no
-    aten._fft_* and produce no tensor larger than 2.5x their input (the row spectra are 2x a bf16 copy of it)."""
+def test_a_deployed_mrconvnext_t_on_cuda_under_bf16_autocast_runs_fft_and_toeplitz_products():
+    """Fake CUDA tensors (no GPU needed): batch 128 at 224 px, channels-last, bf16 autocast. Stages 1-2 run
+    torch.fft, stages 3-4 the Toeplitz product, and no mixer produces a tensor over 2.5x its float32 input (the
+    float32 spectrum of the zero-padded sequence is about 2x)."""
     model = reparameterize_model(timm.create_model('mrconvnext_t').eval())
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     rec = _Record()
@@ -175,7 +211,7 @@ def test_a_deployed_mrconvnext_t_on_cuda_under_bf16_autocast_runs_no_fft():
         finally:
             torch.set_autocast_enabled('cuda', False)
     assert y.shape == (128, 1000) and y.device.type == 'cuda'
-    assert not [op for op in rec.ops if 'fft' in op], sorted(rec.ops)
+    assert 'mrconvnext.fft_conv.default' in rec.ops, sorted(rec.ops)  # its CUDA kernel: torch.fft
     assert {'aten.bmm.default', 'aten.mm.default'} & rec.ops
     assert rec.worst[0] <= 2.5, rec.worst
 
