@@ -3,7 +3,7 @@ autocast, channels-last), every dispatched op counted, and a modeled time per op
 
     python scripts/gpu_cost.py --model mrconvnext_t [--train] [--batch 128] [--img-size 224] [--gpu h100] [--top 25]
     python scripts/gpu_cost.py --table docs/gpu/cost-model.md      # every family's T model against convnext_tiny
-    python scripts/gpu_cost.py --calibrate                         # fit the constants on docs/gpu's H100 table
+    python scripts/gpu_cost.py --calibrate docs/gpu/cost-model-calibration.md  # measure the constants (H200 profiles)
 
 Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``'s):
 - bytes: each op reads the span of every tensor argument and writes the span of every tensor result (a span counts
@@ -21,16 +21,19 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
 - peak memory: the bytes of the storages alive at once (parameters, input, activations, gradients), counted as the
   fake tensors are created and freed.
 
-Time: each op's device time is ``max(bytes / (bandwidth * efficiency), FLOPs / rate of its unit) + gap``, the slower
-of memory and arithmetic plus the gap between back-to-back kernels. Units: tensor cores for half-precision matmuls
-and dense convolutions; for grouped convolutions the rate measured for cuDNN's depthwise kernels; CUDA cores
-otherwise. The host issues one op every ``issue`` seconds and the device runs them in order, each once it is issued
-and the one before it is done (:func:`timeline`): small ops behind a large one cost nothing extra, a run of small
-ops costs their issue time. ``efficiency`` and ``issue`` are the two constants ``--calibrate`` fits.
+Time: each op's device time is its roofline time, ``max(bytes / bandwidth, FLOPs / rate of its unit)``, over its
+class's efficiency, plus its class's latency (:func:`device_time`). Classes (``OP_CLASSES``): matmuls, convolutions,
+copies within a layout and copies between layouts (``transpose``), gathers, scatters, norms, FFTs, each Triton
+operator of this package, the rest. Units: tensor cores for half-precision matmuls and dense convolutions; for
+grouped convolutions the rate measured for cuDNN's depthwise kernels; CUDA cores otherwise. The host issues one op
+every ``issue`` seconds and the device runs them in order, each once it is issued and the one before it is done
+(:func:`timeline`): small ops behind a large one cost nothing extra, a run of small ops costs their issue time. Each
+class's efficiency and latency are measured from per-op GPU profiles, ``issue`` is fitted (``--calibrate``); they
+live in ``docs/gpu/cost-model-constants.json``.
 
 What it cannot see (docs/gpu/cost-model.md): fusion under ``torch.compile``, L2 reuse, a Triton kernel's internal
-traffic and arithmetic, kernels that run far under the bandwidth or the peak (gathers and scatters, small GEMM tiles,
-LayerNorm over few channels), and the extra kernels some ops launch.
+traffic and arithmetic, differences within a class (a small-tile GEMM and a large one share the matmul class's
+numbers), host time that differs by op (one ``issue`` for every op), and the extra kernels some ops launch.
 """
 
 from __future__ import annotations
@@ -73,11 +76,50 @@ GPUS = {
     'h200': dict(bandwidth=4.8e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS),
 }
 UNITS = ('simt', 'tensor', 'fp64', 'grouped')
-GAP_S = 1.5e-6  # between back-to-back kernels on the device
 TRUST = 0.20  # a predicted ratio within 20 % of the measured one is trusted (issue 39)
-# fitted by --calibrate on docs/gpu/h100_models_eager.csv (f100e2a); see docs/gpu/cost-model-calibration.md
-EFFICIENCY = 0.35
-ISSUE_S = 7e-6
+
+# Op classes: what each class's kernels achieve of the roofline differs by up to 20x (gathers, scatters, small-tile
+# GEMMs, LayerNorm over few channels), so each class has its own efficiency. Measured, not fitted: per class, the
+# roofline time of its calls over their measured device time, pooled over the H200 profiles of every family's T
+# model (docs/gpu/h200_2026-11-26b/call1, `--calibrate`). A Triton operator of this package is a class of its own.
+OP_CLASSES = {
+    'matmul': {'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm', 'aten::addbmm', 'aten::_scaled_mm'},
+    'conv': {'aten::convolution', 'aten::_convolution', 'aten::convolution_backward', 'aten::cudnn_convolution'},
+    'copy': {'aten::copy_', 'aten::clone', 'aten::_to_copy', 'aten::contiguous', 'aten::cat', 'aten::constant_pad_nd'},
+    'gather': {'aten::index', 'aten::gather', 'aten::index_select'},
+    'scatter': {'aten::index_add_', 'aten::index_put_', 'aten::_index_put_impl_', 'aten::scatter_add_'},
+    'norm': {'aten::native_layer_norm', 'aten::native_layer_norm_backward', 'aten::native_batch_norm'},
+    'fft': {'aten::_fft_r2c', 'aten::_fft_c2r', 'aten::_fft_c2c'},
+}
+OP_CLASSES['conv'] |= {'aten::_conv_depthwise2d', 'aten::cudnn_convolution_backward'}
+OP_CLASSES['norm'] |= {'aten::native_batch_norm_backward', 'aten::cudnn_batch_norm', 'aten::cudnn_batch_norm_backward'}
+_CLASS_OF = {name: cls for cls, names in OP_CLASSES.items() for name in names}
+
+
+def op_class(name: str) -> str:
+    """The class of an op by its name (``OP_CLASSES``), a Triton operator's own name, or ``'other'`` (elementwise,
+    reductions): what a profile, which knows the names only, can tell."""
+    if name.startswith('mrconvnext::'):
+        return name
+    return _CLASS_OF.get(name, 'other')
+
+
+def call_class(call: Call) -> str:
+    """The class of a counted call: :func:`op_class`, or what the counting saw (a copy between layouts is a
+    ``'transpose'``, in the profile's ``'copy'``)."""
+    return call.cls or op_class(call.name)
+
+
+PROFILE_CLASS = {'transpose': 'copy'}  # a counted class -> the class its profiled time is booked under
+
+
+# Per class: (efficiency, latency): a call takes its roofline time over the efficiency plus the latency (launch,
+# ramp-up, tail). Measured by --calibrate (docs/gpu/cost-model-constants.json, read below); 'other' also serves the
+# classes the profiles lacked.
+CLASS_COST: dict[str, tuple[float, float]] = {'other': (0.5, 1.5e-6)}
+ISSUE_S = 7e-6  # host seconds per op a model's Python forward launches: fitted by --calibrate
+FAST_ISSUE_S = 7e-6  # the same for the backward and inside this package's operators (``Call.fast``): fitted too
+LATENCY_S = 1.5e-6  # the latency that goes with one efficiency for every class (``efficiency=<float>``)
 FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconvnext_t', 'talkconvnext2d_t']
 FAMILIES_T += ['lightconvnext_t', 'dynconvnext_t']
 _FREE = {'aten::detach', 'aten::_unsafe_view', 'prim::device', 'aten::lift_fresh', 'aten::alias', 'aten::empty'}
@@ -90,13 +132,18 @@ _WRITE_ONLY |= {'aten::empty_like', 'aten::rand_like', 'aten::randn_like', 'aten
 
 @dataclass
 class Call:
-    """One counted op call: its name, bytes read and written, FLOPs, and the unit that runs it."""
+    """One counted op call: its name, bytes read and written, FLOPs, the unit that runs it, its class where the
+    name does not say it (``'transpose'``: a copy between memory layouts), and whether the host issues it from
+    compiled code or a tight loop (``fast``: the autograd engine's backward, or inside one of this package's
+    operators) rather than from a model's Python forward."""
 
     name: str
     read: int
     written: int
     flops: int
     unit: str
+    cls: str = ''
+    fast: bool = False
 
 
 def span_bytes(t: torch.Tensor) -> int:
@@ -116,6 +163,25 @@ def _tensors(tree) -> list[torch.Tensor]:
             seen.add(id(t))
             out.append(t)
     return out
+
+
+def _dim_order(t: torch.Tensor) -> tuple[int, ...]:
+    """The dimensions of ``t`` from the outermost in memory to the innermost (size-1 dimensions left out)."""
+    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
+    return tuple(sorted(dims, key=lambda d: -t.stride(d)))
+
+
+def _copy_class(name: str, args, outs: list[torch.Tensor]) -> str:
+    """``'transpose'`` for a copy whose source and destination are laid out in different orders, else ``''``."""
+    if name == 'aten::copy_':
+        dst, src = args[0], args[1]
+    elif name in ('aten::clone', 'aten::_to_copy', 'aten::contiguous') and outs:
+        dst, src = outs[0], args[0]
+    else:
+        return ''
+    if not isinstance(src, torch.Tensor) or src.dim() != dst.dim() or 0 in src.stride():
+        return ''
+    return 'transpose' if _dim_order(src) != _dim_order(dst) else ''
 
 
 def _is_triton_op(qualname: str) -> bool:
@@ -142,6 +208,7 @@ class OpCounter(TorchDispatchMode):
         self.calls: list[Call] = []
         self.live = 0
         self.peak = 0
+        self.fast = 0  # > 0 while the backward walk or an operator's implementation runs
         self._storages: dict[int, tuple] = {}  # storage key -> (weak reference, bytes)
 
     def track(self, t: torch.Tensor) -> None:
@@ -168,7 +235,11 @@ class OpCounter(TorchDispatchMode):
             impl = _cuda_impl(name)
             if impl is not None:  # count what its CUDA implementation runs
                 with self:
-                    out = impl(*args, **kwargs)
+                    self.fast += 1
+                    try:
+                        out = impl(*args, **kwargs)
+                    finally:
+                        self.fast -= 1
                 return out
         if namespace == 'aten' and func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
             with self:  # what the op is made of (reached here below autograd, e.g. inside an operator)
@@ -203,7 +274,8 @@ class OpCounter(TorchDispatchMode):
         # is not read
         sources = (args[1:], {k: v for k, v in kwargs.items() if k != 'out'}) if name in _WRITE_ONLY else (args, kwargs)
         read = sum(span_bytes(t) for t in _tensors(sources) if 'out' not in kwargs or t is not kwargs['out'])
-        self.calls.append(Call(name, read, sum(span_bytes(t) for t in outs), flops, unit))
+        cls = _copy_class(name, args, outs)
+        self.calls.append(Call(name, read, sum(span_bytes(t) for t in outs), flops, unit, cls, self.fast > 0))
         return out
 
 
@@ -276,17 +348,22 @@ class StepCost:
     batch: int
     calls: list[Call] = field(default_factory=list)
     peak_bytes: int = 0
+    method: str = 'auto'
+    kwargs: dict = field(default_factory=dict)
     _arrays: dict | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
-        calls = [[c.name, c.read, c.written, c.flops, c.unit] for c in self.calls]
+        calls = [[c.name, c.read, c.written, c.flops, c.unit, c.cls, c.fast] for c in self.calls]
         return json.dumps(dict(model=self.model, mode=self.mode, batch=self.batch, peak_bytes=self.peak_bytes,
-                               calls=calls))  # fmt: skip
+                               calls=calls, method=self.method, kwargs=self.kwargs))  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> StepCost:
         d = json.loads(text)
-        return cls(d['model'], d['mode'], d['batch'], [Call(*c) for c in d['calls']], d['peak_bytes'])
+        calls = [Call(*c) for c in d['calls']]
+        return cls(
+            d['model'], d['mode'], d['batch'], calls, d['peak_bytes'], d.get('method', 'auto'), d.get('kwargs', {})
+        )
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The calls' bytes, FLOPs and unit indices (into ``UNITS``) as arrays, for the time model."""
@@ -295,7 +372,11 @@ class StepCost:
                 bytes=np.array([c.read + c.written for c in self.calls], dtype=np.float64),
                 flops=np.array([c.flops for c in self.calls], dtype=np.float64),
                 unit=np.array([UNITS.index(c.unit) for c in self.calls], dtype=np.int64),
+                fast=np.array([c.fast for c in self.calls], dtype=bool),
             )
+            names, index = np.unique(np.array([call_class(c) for c in self.calls] or [''], dtype=object),
+                                     return_inverse=True)  # fmt: skip
+            self._arrays.update(classes=list(names), class_index=index[: len(self.calls)])
         return self._arrays
 
     @property
@@ -329,10 +410,15 @@ def fake_cuda(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def count_step(spec: str, train: bool, batch: int = 128, img_size: int = 224) -> StepCost:
+def count_step(
+    spec: str, train: bool, batch: int = 128, img_size: int = 224, method: str = 'auto', kwargs: dict | None = None
+) -> StepCost:
     """Count ``spec`` (a timm name, ``NAME:reparam`` for the deployed model) on fake CUDA tensors: one eval forward,
-    or (``train``) forward, cross-entropy, backward and an SGD step."""
+    or (``train``) forward, cross-entropy, backward and an SGD step. ``method``: every MRConv mixer's, as
+    ``scripts/gpu_profile.py`` sets it (``'matmul'``: the matmul methods by length, what 'auto' ran on CUDA before
+    torch.fft took the long maps); ``kwargs``: the model's (``combine='scale'``)."""
     import timm
+    from gpu_profile import set_method
 
     import mrconvnext  # noqa: F401 - registers the models
 
@@ -340,7 +426,8 @@ def count_step(spec: str, train: bool, batch: int = 128, img_size: int = 224) ->
     extra = {'deploy': True} if variant == 'reparam' else {}
     counter = OpCounter()
     with torch.device('meta'):  # shapes only: a fake-tensor build cannot run timm's data-dependent init
-        model = timm.create_model(name, pretrained=False, **extra)
+        model = timm.create_model(name, pretrained=False, **extra, **(kwargs or {}))
+    set_method(model, method)
     with FakeTensorMode():
         model = fake_cuda(model).train(train)
         for t in [*model.parameters(), *model.buffers()]:
@@ -356,43 +443,92 @@ def count_step(spec: str, train: bool, batch: int = 128, img_size: int = 224) ->
             if train:
                 root, ones = loss.grad_fn, torch.ones_like(loss)
                 del loss
+                counter.fast += 1
                 walk_backward(root, ones)
+                counter.fast -= 1
                 del root
                 torch.optim.SGD(model.parameters(), lr=1e-6).step()
-    return StepCost(spec, 'train' if train else 'eval', batch, counter.calls, counter.peak)
+    return StepCost(spec, 'train' if train else 'eval', batch, counter.calls, counter.peak, method, kwargs or {})
 
 
-def device_time(call: Call, gpu: str = 'h100', efficiency: float = EFFICIENCY) -> float:
-    """Modeled device seconds of one op call: the slower of its memory traffic and its arithmetic, plus the gap."""
+Efficiency = float | dict[str, tuple[float, float]] | None
+
+
+def class_cost(cls: str, efficiency: Efficiency = None, latency: float | None = None) -> tuple[float, float]:
+    """``(efficiency, latency)`` of an op class: one efficiency for every class (with ``latency``, default
+    ``LATENCY_S``), or a class's entry of a table (``None``: ``CLASS_COST``; ``'other'``'s for a class it lacks),
+    its latency replaced by ``latency`` if given."""
+    if isinstance(efficiency, int | float):
+        return float(efficiency), LATENCY_S if latency is None else latency
+    table = CLASS_COST if efficiency is None else efficiency
+    eff, lat = table.get(cls, table['other'])
+    return eff, lat if latency is None else latency
+
+
+def roofline(call: Call, gpu: str = 'h100') -> float:
+    """Seconds of one op call at the roofline: the slower of its bytes at the bandwidth and its FLOPs at its unit's
+    rate."""
     spec = GPUS[gpu]
-    memory = (call.read + call.written) / (spec['bandwidth'] * efficiency)
-    return max(memory, call.flops / spec[call.unit]) + GAP_S
+    return max((call.read + call.written) / spec['bandwidth'], call.flops / spec[call.unit])
 
 
-def timeline(step: StepCost, gpu: str = 'h100', efficiency: float = EFFICIENCY, issue: float = ISSUE_S) -> list[float]:
+def device_time(call: Call, gpu: str = 'h100', efficiency: Efficiency = None, latency: float | None = None) -> float:
+    """Modeled device seconds of one op call: its roofline time over its class's efficiency, plus its latency."""
+    eff, lat = class_cost(call_class(call), efficiency, latency)
+    return roofline(call, gpu) / eff + lat
+
+
+Issue = float | tuple[float, float] | None
+
+
+def issue_times(issue: Issue = None) -> tuple[float, float]:
+    """The host's seconds per op ``(from a model's forward, fast)``: ``ISSUE_S`` and ``FAST_ISSUE_S``, one number
+    for both, or the pair."""
+    if issue is None:
+        return ISSUE_S, FAST_ISSUE_S
+    return (float(issue), float(issue)) if isinstance(issue, int | float) else (float(issue[0]), float(issue[1]))
+
+
+def timeline(
+    step: StepCost,
+    gpu: str = 'h100',
+    efficiency: Efficiency = None,
+    issue: Issue = None,
+    latency: float | None = None,
+) -> list[float]:
     """Seconds each call adds to the run: the host issues one op every ``issue`` seconds and the device runs them in
     order, each as soon as it is issued and the one before it is done; a call adds its device time plus any wait for
     the host (so small ops behind a large one cost nothing extra, and a run of small ops costs their issue time)."""
+    model_issue, fast_issue = issue_times(issue)
     host = device = 0.0
     added = []
     for call in step.calls:
-        host += issue
+        host += fast_issue if call.fast else model_issue
         start = max(device, host)
-        end = start + device_time(call, gpu, efficiency)
+        end = start + device_time(call, gpu, efficiency, latency)
         added.append(end - device)
         device = end
     return added
 
 
-def model_time(step: StepCost, gpu: str = 'h100', efficiency: float = EFFICIENCY, issue: float = ISSUE_S) -> float:
+def model_time(
+    step: StepCost,
+    gpu: str = 'h100',
+    efficiency: Efficiency = None,
+    issue: Issue = None,
+    latency: float | None = None,
+) -> float:
     """Modeled seconds of a counted run: the end of :func:`timeline`, in closed form. With device times ``d_i`` and
     their prefix sums ``S_k``, the last call ends at ``S_n + max(0, max_j (j * issue - S_(j-1)))``."""
+    model_issue, fast_issue = issue_times(issue)
     spec = GPUS[gpu]
     arrays = step.arrays()
-    memory = arrays['bytes'] / (spec['bandwidth'] * efficiency)
+    memory = arrays['bytes'] / spec['bandwidth']
     compute = arrays['flops'] / np.array([spec[u] for u in UNITS])[arrays['unit']]
-    prefix = np.concatenate([[0.0], np.cumsum(np.maximum(memory, compute) + GAP_S)])
-    wait = np.arange(1, len(prefix)) * issue - prefix[:-1]
+    costs = np.array([class_cost(c, efficiency, latency) for c in arrays['classes']], dtype=np.float64)
+    eff, lat = costs[arrays['class_index'], 0], costs[arrays['class_index'], 1]
+    prefix = np.concatenate([[0.0], np.cumsum(np.maximum(memory, compute) / eff + lat)])
+    wait = np.cumsum(np.where(arrays['fast'], fast_issue, model_issue)) - prefix[:-1]
     return float(prefix[-1] + max(0.0, wait.max(initial=0.0)))
 
 
@@ -421,22 +557,6 @@ def report(step: StepCost, gpu: str, top: int) -> list[str]:
     return lines
 
 
-# ------------------------------------------------------------------------------------------------ calibration
-
-
-def measured_rows(path: Path) -> dict[str, dict]:
-    """``model -> row`` of a ``scripts/bench_gpu.py`` CSV (eager rows)."""
-    with open(path, newline='') as f:
-        return {r['model']: r for r in csv.DictReader(f) if r.get('mode', 'eager') == 'eager'}
-
-
-def _ms(row: dict, key: str, batch: int) -> float | None:
-    try:
-        return 1000 * batch / float(row[key])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-
-
 def count_all(specs: list[str], batch: int, img_size: int, code: Path | None = None) -> dict[tuple[str, str], StepCost]:
     """Count every model's eval and training step, each in its own process (``code``: the checkout whose package is
     counted, for the calibration at an older commit)."""
@@ -445,52 +565,166 @@ def count_all(specs: list[str], batch: int, img_size: int, code: Path | None = N
         for mode in ('eval', 'train'):
             if mode == 'train' and spec.endswith(':reparam'):
                 continue
-            cmd = [sys.executable, __file__, '--model', spec, '--batch', str(batch), '--img-size', str(img_size)]
-            cmd += ['--json'] + (['--train'] if mode == 'train' else []) + (['--code', str(code)] if code else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f'counting {spec} {mode} failed:\n{proc.stderr[-3000:]}')
-            out[spec, mode] = StepCost.from_json(proc.stdout)
-            print(f'counted {spec} {mode}', file=sys.stderr, flush=True)
+            out[spec, mode] = count_in_process(spec, mode, batch, img_size, code=code)
     return out
 
 
-def compare(counted: dict, measured: dict[str, dict], gpu: str, batch: int, efficiency: float, issue: float):
-    """Rows of predicted against measured ms and ratios to convnext_tiny, and the ratio errors."""
-    base = {mode: model_time(counted['convnext_tiny', mode], gpu, efficiency, issue) for mode in ('eval', 'train')}
-    mbase = {'eval': _ms(measured['convnext_tiny'], 'infer_img_s', batch)}
-    mbase['train'] = _ms(measured['convnext_tiny'], 'train_img_s', batch)
-    rows, errors = [], []
-    for (spec, mode), step in counted.items():
-        key = 'infer_img_s' if mode == 'eval' else 'train_img_s'
-        pred = model_time(step, gpu, efficiency, issue)
-        meas = _ms(measured.get(spec, {}), key, batch)
-        row = dict(model=spec, mode=mode, predicted_ms=pred * 1e3, measured_ms=meas, predicted_ratio=pred / base[mode])
-        row['predicted_mib'] = step.peak_bytes / 2**20
-        try:
-            row['measured_mib'] = float(measured[spec]['infer_peak_mb' if mode == 'eval' else 'train_peak_mb'])
-            row['mem_error'] = row['predicted_mib'] / row['measured_mib'] - 1
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            pass
-        if meas is not None:
-            row['measured_ratio'] = meas / mbase[mode]
-            row['ratio_error'] = row['predicted_ratio'] / row['measured_ratio'] - 1
-            row['ms_error'] = row['predicted_ms'] / meas - 1
-            errors.append(row)
-        rows.append(row)
-    return rows, errors
+def count_in_process(
+    spec: str, mode: str, batch: int, img_size: int = 224, method: str = 'auto', kwargs: dict | None = None,
+    code: Path | None = None,
+) -> StepCost:  # fmt: skip
+    """:func:`count_step` in a fresh process (fake-tensor state and the engines' choices start clean)."""
+    cmd = [sys.executable, __file__, '--model', spec, '--batch', str(batch), '--img-size', str(img_size), '--json']
+    cmd += ['--method', method, '--kwargs', json.dumps(kwargs or {})]
+    cmd += (['--train'] if mode == 'train' else []) + (['--code', str(code)] if code else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f'counting {spec} {mode} b{batch} {method} failed:\n{proc.stderr[-3000:]}')
+    print(f'counted {spec} {mode} b{batch} {method} {kwargs or ""}', file=sys.stderr, flush=True)
+    return StepCost.from_json(proc.stdout)
 
 
-def fit(counted: dict, measured: dict, gpu: str, batch: int) -> tuple[float, float, float]:
-    """The (efficiency, issue) pair, on a grid, that minimizes the mean squared log error of the absolute times."""
+PROFILES = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26b'  # scripts/gpu_profile.py on an H200, two calls
+CONSTANTS = ROOT / 'docs' / 'gpu' / 'cost-model-constants.json'  # written by --calibrate, read at import
+H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gpu_nvidia_h200.csv'  # 3f6fcf6
+
+
+def _load_constants() -> None:
+    global ISSUE_S, FAST_ISSUE_S
+    if CONSTANTS.exists():
+        data = json.loads(CONSTANTS.read_text())
+        CLASS_COST.update({cls: tuple(v) for cls, v in data['class_cost'].items()})
+        ISSUE_S, FAST_ISSUE_S = data['issue_s']
+
+
+_load_constants()
+
+
+def profile_rows(call: str) -> list[dict]:
+    """The eager rows of one call of ``scripts/gpu_profile.py`` under ``PROFILES``."""
+    lines = (PROFILES / call / 'rows.jsonl').read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r['mode'] in ('eval', 'train')]
+
+
+def counted_method(call: str, row: dict) -> str:
+    """The method to count a profiled row with, so that the counting runs the code the call ran: call 1 ran 'auto' =
+    the matmul methods for every MRConv mixer; call 2 ran torch.fft but the Toeplitz product for maps up to
+    ``TOEPLITZ_MAX_LENGTH`` in batches of at least 32 (with or without a backward)."""
+    method = row['method']
+    if 'mrconvnext' not in row['model'] or method not in ('auto', 'nofold'):
+        return method
+    old = 'matmul' if call == 'call1' else ('fft' if row['batch'] < 32 else 'mixed')
+    return old if method == 'auto' else f'nofold+{old}'
+
+
+def measured_by_class(row: dict) -> dict[str, float]:
+    """Seconds of device time per op class in a profiled row (each op's self time)."""
+    out: dict[str, float] = defaultdict(float)
+    for name, (_, self_us, *_rest) in row['ops'].items():
+        out[op_class(name)] += self_us * 1e-6
+    return out
+
+
+def _nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns: the best of the unconstrained fits on every subset of them."""
+    k = A.shape[1]
     best = None
-    for efficiency in [0.20 + 0.025 * i for i in range(33)]:
-        for issue_us in [2 + 0.5 * i for i in range(40)]:
-            _, errors = compare(counted, measured, gpu, batch, efficiency, issue_us * 1e-6)
-            loss = statistics.fmean(math.log1p(e['ms_error']) ** 2 for e in errors)
-            if best is None or loss < best[0]:
-                best = (loss, efficiency, issue_us * 1e-6)
-    return best[1], best[2], best[0]
+    for mask in range(1, 2**k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
+        if (x < 0).any():
+            continue
+        full = np.zeros(k)
+        full[cols] = x
+        residual = float(np.linalg.norm(A @ full - y))
+        if best is None or residual < best[0]:
+            best = (residual, full)
+    return np.zeros(k) if best is None else best[1]
+
+
+def class_costs(pairs: list[tuple[dict, StepCost]], gpu: str) -> dict[str, dict]:
+    """Each class's (efficiency, latency), measured on (profiled row, counted run) pairs: per profile class, over
+    the rows, its measured seconds against the roofline seconds of each counted class booked under it and its
+    launches, by non-negative least squares of the relative error (a class seen in fewer than 4 rows: the pooled
+    ratio of roofline to measured seconds, no latency). Returns per counted class its efficiency and latency, and
+    per profile class the rows' largest relative error of the fit, launches, roofline and measured seconds."""
+    obs: dict[str, list] = defaultdict(list)
+    subs: dict[str, set] = defaultdict(set)
+    for row, step in pairs:
+        measured = measured_by_class(row)
+        R: dict[str, float] = defaultdict(float)
+        n: dict[str, int] = defaultdict(int)
+        for c in step.calls:
+            cls = call_class(c)
+            R[cls] += roofline(c, gpu)
+            n[PROFILE_CLASS.get(cls, cls)] += 1
+            subs[PROFILE_CLASS.get(cls, cls)].add(cls)
+        for group in set(measured) | set(n):
+            obs[group].append(({s: R[s] for s in subs[group]}, n[group], measured.get(group, 0.0)))
+    out = {}
+    for group, rows in obs.items():
+        names = sorted(subs[group])
+        A = np.array([[r[0].get(s, 0.0) for s in names] + [r[1]] for r in rows], dtype=np.float64)
+        y = np.array([r[2] for r in rows])
+        keep = y > 0
+        if not names or not keep.any() or A[keep, :-1].sum() == 0:
+            continue
+        A, y = A[keep], y[keep]
+        if len(y) >= 4:
+            x = _nnls(A / y[:, None], np.ones_like(y))
+        else:
+            x = np.append(np.full(len(names), y.sum() / A[:, :-1].sum()), 0.0)
+        for i, s in enumerate(names):
+            out[s] = dict(efficiency=min(1.0, 1 / x[i]) if x[i] > 0 else 1.0, latency=float(x[-1]))
+        error = float(np.abs(A @ x / y - 1).max())
+        out[group] = {**out.get(group, {}), 'group': True, 'rows': len(y), 'error': error,
+                      'launches': int(A[:, -1].sum()), 'roofline': float(A[:, :-1].sum()), 'measured': float(y.sum())}  # fmt: skip
+    return out
+
+
+def row_key(row: dict) -> tuple:
+    return row['model'], json.dumps(row['kwargs'], sort_keys=True), row['mode'], row['batch']
+
+
+def compare_rows(pairs: list[tuple[dict, StepCost]], gpu: str, efficiency: Efficiency, issue: Issue) -> list[dict]:
+    """Predicted against measured ms, ratios to convnext_tiny at the same mode and batch (of the same call), peak."""
+    base = {}
+    for row, step in pairs:
+        if row['model'] == 'convnext_tiny':
+            base[row['mode'], row['batch']] = (model_time(step, gpu, efficiency, issue), row['ms'] * 1e-3)
+    out = []
+    for row, step in pairs:
+        pred, meas = model_time(step, gpu, efficiency, issue), row['ms'] * 1e-3
+        r = dict(
+            model=row['model'], mode=f'{row["mode"]} b{row["batch"]}', method=row['method'], predicted_ms=pred * 1e3
+        )
+        r['kwargs'] = ','.join(f'{k}={v}' for k, v in row['kwargs'].items())
+        r.update(measured_ms=meas * 1e3, ms_error=pred / meas - 1, predicted_mib=step.peak_bytes / 2**20)
+        if row.get('peak_mib'):
+            r.update(measured_mib=row['peak_mib'], mem_error=step.peak_bytes / 2**20 / row['peak_mib'] - 1)
+        if (row['mode'], row['batch']) in base:
+            bp, bm = base[row['mode'], row['batch']]
+            r.update(predicted_ratio=pred / bp, measured_ratio=meas / bm)
+            r['ratio_error'] = r['predicted_ratio'] / r['measured_ratio'] - 1
+        out.append(r)
+    return out
+
+
+def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float], float]:
+    """The class costs (:func:`class_costs`, measured) and the two fitted constants, the host's seconds per op from a
+    model's forward and from the backward or an operator's inside, on a grid that minimizes the mean squared log
+    error of the rows' times: ``(class costs, (issue, fast issue), loss)``."""
+    table = {cls: (e['efficiency'], e['latency']) for cls, e in class_costs(pairs, gpu).items() if 'efficiency' in e}
+    table.setdefault('other', CLASS_COST['other'])
+    best = None
+    for model_us in range(2, 62, 2):
+        for fast_us in range(1, 31):
+            issue = (model_us * 1e-6, fast_us * 1e-6)
+            rows = compare_rows(pairs, gpu, table, issue)
+            loss = statistics.fmean(math.log1p(r['ms_error']) ** 2 for r in rows)
+            if best is None or loss < best[2]:
+                best = (table, issue, loss)
+    return best
 
 
 def _fmt(v, spec: str = '.2f') -> str:
@@ -503,50 +737,61 @@ def _err(v: float | None) -> str:
 
 
 def comparison_table(rows: list[dict]) -> list[str]:
-    out = ['| model | mode | predicted ms | measured ms | error | predicted ratio | measured ratio | ratio error | '
-           'predicted peak MiB | measured peak MiB | error |']  # fmt: skip
-    out += ['| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+    out = ['| model | kwargs | mode | method | predicted ms | measured ms | error | predicted ratio | measured ratio | '
+           'ratio error | predicted peak MiB | measured peak MiB | error |']  # fmt: skip
+    out += ['| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
     for r in rows:
         out.append(
-            f'| {r["model"]} | {r["mode"]} | {r["predicted_ms"]:.1f} | {_fmt(r.get("measured_ms"), ".1f")} | '
-            f'{_fmt(r.get("ms_error"), "+.0%")} | {r["predicted_ratio"]:.2f} | {_fmt(r.get("measured_ratio"))} | '
-            f'{_err(r.get("ratio_error"))} | '
+            f'| {r["model"]} | {r.get("kwargs") or "-"} | {r["mode"]} | {r.get("method", "auto")} | '
+            f'{r["predicted_ms"]:.1f} | {_fmt(r.get("measured_ms"), ".1f")} | {_fmt(r.get("ms_error"), "+.0%")} | '
+            f'{_fmt(r.get("predicted_ratio"))} | {_fmt(r.get("measured_ratio"))} | {_err(r.get("ratio_error"))} | '
             f'{r["predicted_mib"]:.0f} | {_fmt(r.get("measured_mib"), ".0f")} | {_fmt(r.get("mem_error"), "+.0%")} |'
         )
     return out
 
 
-H100_TABLE = ROOT / 'docs' / 'gpu' / 'h100_models_eager.csv'  # f100e2a, 2026-11-22
-H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gpu_nvidia_h200.csv'  # 3f6fcf6
+def _worst(rows: list[dict]) -> str:
+    errors = [abs(r['ratio_error']) for r in rows if r.get('ratio_error') is not None and r['model'] != 'convnext_tiny']
+    within = sum(e <= TRUST for e in errors)
+    return f'largest ratio error {max(errors):.0%}; {within} of {len(errors)} ratios within ±{TRUST:.0%}'
+
+
+def count_rows(call: str) -> list[tuple[dict, StepCost]]:
+    """Every eager row of a call, counted (each in its own process) as the code of that call ran it."""
+    out = []
+    for row in profile_rows(call):
+        spec = row['model']
+        step = count_in_process(spec, row['mode'], row['batch'], row['img_size'], counted_method(call, row),
+                                row['kwargs'])  # fmt: skip
+        out.append((row, step))
+    return out
 
 
 LIMITS = """## What the model sees and what it does not
 
 It counts what eager PyTorch dispatches on fake CUDA tensors (bf16 autocast, channels-last), the CUDA paths of this
-package's engines included, and models each op as the slower of its bytes at a fitted fraction of the bandwidth and
-its FLOPs at its unit's rate, on a device fed by a host that issues one op every few microseconds
-(`scripts/gpu_cost.py`'s docstring). It does not see:
+package's engines included, and models each op as its roofline time (the slower of its bytes at the bandwidth and
+its FLOPs at its unit's rate) over its class's measured efficiency plus its class's measured latency, on a device fed
+by a host that issues one op every few tens of microseconds from a model's forward and faster from the backward or
+inside an operator (`scripts/gpu_cost.py`'s docstring). It does not see:
 - **fusion**: `torch.compile` fuses pointwise ops into their neighbours; the model counts eager (every op through
   memory), so it says nothing of the compiled tables;
 - **L2 reuse**: a tensor read again while it is still in the 50-60 MB L2 is counted twice;
 - **a Triton operator's inside**: it counts one launch that reads the operator's inputs and writes its outputs, and
-  the FLOPs of its registered formula; prefix tables, atomics, scratch buffers and arithmetic on CUDA cores that
-  the formula leaves out are not seen. TaLK's plane kernels (stages 3-4) and its 2-D backward are where this
-  matters: the model predicts `talkconvnext2d_t` at about half its measured time;
-- **kernels far off the roofline**: one memory efficiency serves every op. On the H200 profile of the branched
-  `mrconvnext_t` step, gathers (`index`, 233 ms) and scatters (`index_add_`, 114 ms) ran at a third of it or less
-  and the fold's batched matmuls in 32x32 tiles far under the tensor-core rate; convnext_tiny's LayerNorms took
-  4.5 ms of its 15.9 ms eval, a seventh of the bandwidth. Grouped and depthwise convolutions take the rate measured
-  for cuDNN's 7x7 depthwise kernels (8.2 TFLOP/s), a measured constant, not a fitted one;
+  the FLOPs of its registered formula; each Triton operator's efficiency is measured from one profiled row (its
+  family's), so a change inside the kernel is seen only by a new profile;
+- **shapes within a class**: a class has one efficiency and one latency. The matmul class mixes the MLPs' large
+  GEMMs (near 0.7 of the tensor-core rate) with the fold's 32x32-tile batched GEMMs (a quarter of that); the
+  grouped-convolution class mixes cuDNN's 7x7 depthwise kernels with LightConv's; gathers and scatters differ by
+  their index pattern (`index_add_` into a small kernel from many positions serializes on atomics);
+- **the host per op**: two issue times, fitted, stand for all of Python, the dispatcher and the launch; a batch of
+  1 to 32 is bound by them, and there the model misses the cost of this package's operators' Python (the FFT
+  operator alone took 127 µs of host time per call on the H200 host);
 - **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels.
 
-Trust it only where a row's predicted ratio fell within 20 % of the measured one on both cards in
-`cost-model-calibration.md` (the misses are in bold there): so far convnext_tiny and DynamicConv-T. The MRConv rows
-met it on the H100 (the FFT engine of f100e2a) and missed it by half on the H200 (today's row-DFT / Toeplitz engines
-and the BatchNorm fold, whose gathers, scatters and small matmuls run far under the one efficiency); TaLK and
-LightConv missed on both. Misses go both ways: the model over-predicted the H100 training steps of convnext_tiny
-and of the old DynamicConv by a third to a half, and under-predicted every engine whose kernels run off the
-roofline.
+Trust it only where a row's predicted ratio fell within 20 % of the measured one in `cost-model-calibration.md`
+(the misses are in bold there), and read a predicted change as a direction and an order of magnitude, confirmed on
+a GPU before it is believed.
 """
 
 
@@ -561,35 +806,105 @@ def _header(command: str) -> list[str]:
     ]
 
 
-def calibrate(out: Path, code: str | None) -> None:
-    """Fit (efficiency, issue) on the H100 table (counting ``code``, a checkout of the commit it was measured at),
-    then check the fitted model, untouched, against the H200 run of this checkout's code; write both tables."""
-    h100 = count_all(FAMILIES_T, 128, 224, Path(code) if code else None)
-    efficiency, issue, loss = fit(h100, measured_rows(H100_TABLE), 'h100', 128)
-    rows, errors = compare(h100, measured_rows(H100_TABLE), 'h100', 128, efficiency, issue)
-    h200 = count_all(FAMILIES_T, 128, 224)
-    vrows, verrors = compare(h200, measured_rows(H200_TABLE), 'h200', 128, efficiency, issue)
-    worst = max(abs(e['ratio_error']) for e in errors)
-    vworst = max(abs(e['ratio_error']) for e in verrors)
-    lines = ["# The GPU cost model's calibration", '']
-    lines += _header(f'python scripts/gpu_cost.py --calibrate {out.as_posix()} --code <checkout of f100e2a>')
+def table_rows(path: Path) -> list[dict]:
+    """A ``scripts/bench_gpu.py`` CSV (batch 128, eager rows) as profiled rows without ops."""
+    rows = []
+    with open(path, newline='') as f:
+        for r in csv.DictReader(f):
+            if r.get('mode', 'eager') != 'eager':
+                continue
+            for mode, key, peak in (
+                ('eval', 'infer_img_s', 'infer_peak_mb'),
+                ('train', 'train_img_s', 'train_peak_mb'),
+            ):
+                if r.get(key):
+                    rows.append(dict(model=r['model'], kwargs={}, mode=mode, batch=128, method='auto', img_size=224,
+                                     ms=1000 * 128 / float(r[key]), peak_mib=float(r[peak]) if r.get(peak) else None))  # fmt: skip
+    return rows
+
+
+def calibrate(out: Path) -> None:
+    """Measure each op class's cost and fit the host's issue time on the H200 profiles of call 1; check them,
+    untouched, on call 2 (other batch sizes and methods, another process) and on the H200 table of the day before
+    (another machine); write the constants (``CONSTANTS``) and the report ``out``."""
+    gpu = 'h200'
+    header = _header(f'python scripts/gpu_cost.py --calibrate {out.as_posix()}')  # before the files it writes
+    fit_pairs = count_rows('call1')
+    table, issue, loss = fit(fit_pairs, gpu)
+    classes = class_costs(fit_pairs, gpu)
+    rows1 = compare_rows(fit_pairs, gpu, table, issue)
+    rows2 = compare_rows(count_rows('call2'), gpu, table, issue)
+    day_before = []
+    for row in table_rows(H200_TABLE):
+        method = counted_method('call1', row)  # 3f6fcf6 ran the matmul methods, as call 1 did
+        day_before.append((row, count_in_process(row['model'], row['mode'], 128, 224, method)))
+    rows3 = compare_rows(day_before, gpu, table, issue)
+    kernel = sum(r['kernel_us'] for r, _ in fit_pairs) * 1e-6
+    covered = sum(sum(measured_by_class(r).values()) for r, _ in fit_pairs)
+    costs = {cls: [round(e, 4), round(lat * 1e9) / 1e9] for cls, (e, lat) in sorted(table.items())}
+    source = str((PROFILES / 'call1').relative_to(ROOT))
+    CONSTANTS.write_text(
+        json.dumps(dict(class_cost=costs, issue_s=list(issue), gpu=gpu, source=source), indent=1) + '\n'
+    )
+    lines = ["# The GPU cost model's calibration", '', *header]
     lines += [
-        f'Fitted on the H100 eager table (`{H100_TABLE.relative_to(ROOT).as_posix()}`, measured at f100e2a; the '
-        f"models counted on that commit's code): **efficiency {efficiency:.3f}, issue {issue * 1e6:.1f} µs** (grid "
-        f'search, least squares of the log of predicted over measured ms; mean squared log error {loss:.4f}).',
+        'Data: `scripts/gpu_profile.py` on an H200 (`docs/gpu/h200_2026-11-26b/`, whose README has the versions and '
+        'commands): per row (model, eval or training step, batch, MRConv method) the median of 7 timed steps and one '
+        "profiled step's device time per op. Each row is counted here with the code that call ran "
+        '(`counted_method`). The constants go to `docs/gpu/cost-model-constants.json`, which the model reads.',
         '',
-        *comparison_table(rows),
+        '## Op classes, measured on call 1',
         '',
-        f'Largest ratio error: {worst:.0%}.',
+        "A call takes its roofline time (bytes at 4.8 TB/s, FLOPs at its unit's rate) over its class's efficiency, "
+        "plus its class's latency (launch, ramp-up, tail). Per class of the profile, over call 1's rows: its measured "
+        'device time against the roofline time of the counted calls booked under it (a copy between memory layouts is '
+        'a class of its own, `transpose`, booked under `copy`) and their number, by non-negative least squares of the '
+        'relative error; a class in fewer than 4 rows takes the pooled ratio and no latency. These are measurements '
+        f'of the card, not constants tuned to the totals. The classes cover {covered / kernel:.1%} of the profiled '
+        'kernel time.',
         '',
-        '## Checked, with the same constants, on the H200 run of this code (out of sample: another card, newer code)',
+        '| class | rows | launches | roofline ms | measured ms | efficiency | latency µs | largest row error |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    ]
+    groups = sorted((c for c, e in classes.items() if e.get('group')), key=lambda c: -classes[c]['measured'])
+    for group in groups:
+        e = classes[group]
+        members = [c for c in sorted(table) if PROFILE_CLASS.get(c, c) == group]
+        for cls in members:
+            eff, lat = table[cls]
+            first = cls == members[0]
+            lines.append(
+                f'| {cls} | {e["rows"] if first else ""} | {e["launches"] if first else ""} | '
+                f'{e["roofline"] * 1e3:.1f} | {e["measured"] * 1e3:.1f} | {eff:.3f} | {lat * 1e6:.2f} | '
+                f'{e["error"]:.0%} |'
+                if first
+                else f'| {cls} (under {group}) | | | | | {eff:.3f} | {lat * 1e6:.2f} | |'
+            )
+    lines += [
         '',
-        f"`{H200_TABLE.relative_to(ROOT).as_posix()}` (measured at 3f6fcf6, whose engines are this checkout's), "
-        "modeled with the H200's bandwidth:",
+        "Two constants are fitted, the host's time per op: from a model's Python forward **"
+        f"{issue[0] * 1e6:.1f} µs**, from the autograd engine's backward or inside one of this package's operators "
+        f'**{issue[1] * 1e6:.1f} µs** (grid search, least squares of the log of predicted over measured ms on call 1; '
+        f'mean squared log error {loss:.4f}).',
         '',
-        *comparison_table(vrows),
+        '## Call 1 (in sample)',
         '',
-        f'Largest ratio error: {vworst:.0%}.',
+        *comparison_table(rows1),
+        '',
+        f'{_worst(rows1)}.',
+        '',
+        '## Call 2 (out of sample: batch 8 and 32, torch.fft rows, the same constants)',
+        '',
+        *comparison_table(rows2),
+        '',
+        f'{_worst(rows2)}.',
+        '',
+        f'## The H200 table of the day before (out of sample: `{H200_TABLE.relative_to(ROOT).as_posix()}`, commit '
+        '3f6fcf6, another machine)',
+        '',
+        *comparison_table(rows3),
+        '',
+        f'{_worst(rows3)}.',
         '',
         *LIMITS.splitlines(),
     ]
@@ -647,18 +962,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--top', type=int, default=25, help='ops listed, by modeled time')
     p.add_argument('--code', default=None, help='count the mrconvnext package of this checkout (default: this one)')
     p.add_argument('--table', default=None, metavar='MD', help="write the predicted table for this checkout's models")
-    p.add_argument('--calibrate', default=None, metavar='MD', help='fit the constants on the H100 run; write MD')
+    p.add_argument(
+        '--calibrate', default=None, metavar='MD', help='measure and fit the constants on the H200 profiles; write MD'
+    )
     p.add_argument('--json', action='store_true', help='print the counted calls as JSON')
+    p.add_argument('--method', default='auto', help="every MRConv mixer's method (scripts/gpu_profile.py's set_method)")
+    p.add_argument('--kwargs', default='{}', help='model kwargs as JSON, e.g. \'{"combine": "scale"}\'')
     args = p.parse_args(argv)
     if args.code:
         sys.path.insert(0, str(Path(args.code).resolve()))
     if args.calibrate:
-        calibrate(Path(args.calibrate), args.code)
+        calibrate(Path(args.calibrate))
         return
     if args.table:
         predicted_table(Path(args.table), args.gpu)
         return
-    step = count_step(args.model, args.train, args.batch, args.img_size)
+    step = count_step(args.model, args.train, args.batch, args.img_size, args.method, json.loads(args.kwargs))
     if args.json:
         print(step.to_json())
         return

@@ -12,7 +12,8 @@ row goes to ``DIR/rows.jsonl`` as it is measured; a group that fails or outlives
 next one runs. The table of medians is printed last.
 
 ``method`` rows set every MRConv mixer's method: ``auto`` (what the package picks), ``fft`` (torch.fft), ``mixed``
-(torch.fft beyond ``TOEPLITZ_MAX_LENGTH``, the Toeplitz product up to it); ``nofold`` runs the branches
+(torch.fft beyond ``TOEPLITZ_MAX_LENGTH``, the Toeplitz product up to it), ``matmul`` (the row DFT beyond it: what
+'auto' ran on CUDA for half precision before 812fc19); ``nofold`` runs the branches
 unfolded (one convolution per branch and ``F.batch_norm``), the training path before the fold.
 """
 
@@ -71,18 +72,27 @@ TINY['dynconvnext_t'] = 'dynconvnext_atto'
 
 
 def set_method(model, method: str) -> None:
-    """Every MRConv mixer's method (module docstring); ``nofold`` keeps ``auto`` and turns the fold off."""
-    from mrconvnext.layers import MRConv1d, branch_norm
+    """Every MRConv mixer's method (module docstring); ``nofold`` keeps ``auto`` and turns the fold off for this row,
+    ``nofold+METHOD`` also sets METHOD. ``auto`` changes nothing (the package's own choice, at any commit)."""
+    nofold = method == 'nofold' or method.startswith('nofold+')
+    method = method.removeprefix('nofold').removeprefix('+') or 'auto'
+    if nofold or 'mrconvnext.layers.branch_norm' in sys.modules:
+        from mrconvnext.layers import branch_norm
+
+        fold_applies = getattr(branch_norm, '_fold_applies', branch_norm.fold_applies)
+        branch_norm._fold_applies = fold_applies  # the package's, kept for the rows after a nofold row
+        branch_norm.fold_applies = (lambda bn, x: False) if nofold else fold_applies
+    if method == 'auto':
+        return
+    from mrconvnext.layers import MRConv1d
     from mrconvnext.ops import engines
 
-    fold_applies = getattr(branch_norm, '_fold_applies', branch_norm.fold_applies)
-    branch_norm._fold_applies = fold_applies  # the package's, kept for the rows after a nofold row
-    branch_norm.fold_applies = (lambda bn, x: False) if method == 'nofold' else fold_applies
-    method = 'auto' if method == 'nofold' else method
     for m in model.modules():
         if isinstance(m, MRConv1d):
             if method == 'mixed':
                 m.method = 'fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz'
+            elif method == 'matmul':
+                m.method = engines.matmul_method(m.seq_len)
             else:
                 m.method = method
 

@@ -175,10 +175,10 @@ def test_the_time_model_is_the_slower_of_memory_and_arithmetic_on_a_device_fed_b
     memory_bound = gpu_cost.Call('aten::add', 10**9, 10**9, 0, 'simt')
     compute_bound = gpu_cost.Call('aten::mm', 10**6, 10**6, 10**15, 'tensor')
     tiny = gpu_cost.Call('aten::add', 4, 4, 0, 'simt')
-    eff, issue, gap = 0.5, 8e-6, gpu_cost.GAP_S
+    eff, issue, gap = 0.5, 8e-6, gpu_cost.LATENCY_S
     big = 2e9 / (spec['bandwidth'] * eff) + gap
     assert gpu_cost.device_time(memory_bound, 'h100', eff) == pytest.approx(big)
-    assert gpu_cost.device_time(compute_bound, 'h100', eff) == pytest.approx(1e15 / spec['tensor'] + gap)
+    assert gpu_cost.device_time(compute_bound, 'h100', eff) == pytest.approx(1e15 / spec['tensor'] / eff + gap)
     small = gpu_cost.device_time(tiny, 'h100', eff)
     # ten tiny ops alone: the host's issue time; behind a large op they are issued while it runs and cost only
     # their device time; the closed form agrees with the step-by-step timeline
@@ -218,3 +218,57 @@ def test_a_python_function_s_backward_counts_only_what_it_runs():
     assert names == ['aten::mul', 'aten::ones_like', 'aten::mul'], names
     seed = counter.calls[1]
     assert (seed.read, seed.written) == (0, 64 * 32 * 4)  # ones_like writes, its template is not read
+
+
+def test_classes_take_their_own_efficiency_and_latency_and_a_transposing_copy_is_its_own_class():
+    spec = gpu_cost.GPUS['h200']
+    table = {'copy': (0.5, 2e-6), 'transpose': (0.25, 3e-6), 'other': (1.0, 1e-6)}
+    plain = gpu_cost.Call('aten::copy_', 10**9, 10**9, 0, 'simt')
+    moved = gpu_cost.Call('aten::copy_', 10**9, 10**9, 0, 'simt', 'transpose')
+    add = gpu_cost.Call('aten::add', 10**9, 10**9, 0, 'simt')
+    seconds = 2e9 / spec['bandwidth']
+    assert gpu_cost.device_time(plain, 'h200', table) == pytest.approx(seconds / 0.5 + 2e-6)
+    assert gpu_cost.device_time(moved, 'h200', table) == pytest.approx(seconds / 0.25 + 3e-6)
+    assert gpu_cost.device_time(add, 'h200', table) == pytest.approx(seconds + 1e-6)  # 'other'
+    step = gpu_cost.StepCost('m', 'eval', 1, [plain, moved, add])
+    assert gpu_cost.model_time(step, 'h200', table, issue=0.0) == pytest.approx(
+        sum(gpu_cost.device_time(c, 'h200', table) for c in step.calls)
+    )
+    # what the counting books as a transpose: copies between memory layouts, not copies within one
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        x = torch.empty(2, 3, 4, 5)
+        with counter:
+            x.contiguous(memory_format=torch.channels_last), x.clone(), x.transpose(1, 2).contiguous()
+    calls = counter.calls
+    assert [c.cls for c in calls] == ['transpose', '', 'transpose']
+    assert [gpu_cost.call_class(c) for c in calls] == ['transpose', 'copy', 'transpose']
+
+
+def test_class_costs_recover_an_efficiency_and_a_latency_from_rows():
+    """Rows made from known costs (copies at efficiency 0.4 and 3 us each; adds at 0.8 and 1 us): the least
+    squares of the calibration recovers both numbers of both classes, and the launches and seconds it pooled."""
+    spec = gpu_cost.GPUS['h200']
+    pairs = []
+    for n, size in ((10, 10**8), (100, 10**6), (3, 10**9), (50, 10**7), (7, 3 * 10**7)):
+        calls = [gpu_cost.Call('aten::copy_', size, size, 0, 'simt')] * n
+        calls += [gpu_cost.Call('aten::add', 2 * size, size, 0, 'simt')] * (2 * n)
+        copy_s = n * (2 * size / spec['bandwidth'] / 0.4 + 3e-6)
+        add_s = 2 * n * (3 * size / spec['bandwidth'] / 0.8 + 1e-6)
+        row = dict(ops={'aten::copy_': [n, copy_s * 1e6, copy_s * 1e6, 0.0], 'aten::add': [2 * n, add_s * 1e6, 0, 0]})
+        pairs.append((row, gpu_cost.StepCost('m', 'eval', 1, calls)))
+    costs = gpu_cost.class_costs(pairs, 'h200')
+    assert costs['copy']['efficiency'] == pytest.approx(0.4) and costs['copy']['latency'] == pytest.approx(3e-6)
+    assert costs['other']['efficiency'] == pytest.approx(0.8) and costs['other']['latency'] == pytest.approx(1e-6)
+    assert costs['copy']['launches'] == 170 and costs['copy']['error'] < 1e-9
+    assert costs['other']['measured'] == pytest.approx(sum(r['ops']['aten::add'][1] for r, _ in pairs) * 1e-6)
+
+
+def test_a_profiled_row_is_counted_with_the_code_its_call_ran():
+    row = dict(model='mrconvnext_t:reparam', method='auto', batch=128)
+    assert gpu_cost.counted_method('call1', row) == 'matmul'
+    assert gpu_cost.counted_method('call2', row) == 'mixed'
+    assert gpu_cost.counted_method('call2', {**row, 'batch': 8}) == 'fft'
+    assert gpu_cost.counted_method('call1', {**row, 'method': 'nofold'}) == 'nofold+matmul'
+    assert gpu_cost.counted_method('call1', {**row, 'method': 'fft'}) == 'fft'
+    assert gpu_cost.counted_method('call1', {**row, 'model': 'convnext_tiny'}) == 'auto'

@@ -58,9 +58,14 @@ def test_set_method_sets_every_mixer_and_nofold_lasts_one_row():
             m.method == ('fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz') for m in mixers
         )
         assert {m.method for m in mixers} == {'fft', 'toeplitz'}
-        gpu_profile.set_method(model, 'nofold')
-        assert all(m.method == 'auto' for m in mixers) and branch_norm.fold_applies is not package_rule
+        gpu_profile.set_method(model, 'nofold+matmul')
+        assert all(m.method == engines.matmul_method(m.seq_len) for m in mixers)
+        assert branch_norm.fold_applies is not package_rule
         gpu_profile.set_method(model, 'fft')
         assert all(m.method == 'fft' for m in mixers) and branch_norm.fold_applies is package_rule
+        gpu_profile.set_method(model, 'nofold')  # the methods as they were
+        assert all(m.method == 'fft' for m in mixers) and branch_norm.fold_applies is not package_rule
+        gpu_profile.set_method(model, 'auto')
+        assert branch_norm.fold_applies is package_rule
     finally:
         branch_norm.fold_applies = package_rule
