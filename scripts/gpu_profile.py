@@ -63,6 +63,10 @@ GROUPS: dict[str, tuple[str, dict, list[tuple[str, int, str]]]] = {
     'bn_fft': ('mrconvnext_t', {}, [('train', 128, 'auto'), ('train', 128, 'fft'), ('eval', 128, 'fft')]),
     'scale_fft': ('mrconvnext_t', {'combine': 'scale'}, [('train', 128, 'auto'), ('train', 128, 'fft')]),
     'compiled': ('convnext_tiny', {}, [('eval-compiled', 128, 'auto')]),
+    # the third call: the landed choice (812fc19) and the fold without float64 passes, in larger chunks
+    'final_bn': ('mrconvnext_t', {}, [('train', 128, 'auto'), ('eval', 128, 'auto')]),
+    'final_scale': ('mrconvnext_t', {'combine': 'scale'}, [('train', 128, 'auto')]),
+    'final_reparam': ('mrconvnext_t:reparam', {}, [('eval', 1, 'auto'), ('eval', 8, 'auto'), ('eval', 128, 'auto')]),
     'reparam_compiled': ('mrconvnext_t:reparam', {}, [('eval-compiled', 128, 'auto')]),
 }
 CALL1 = 'convnext,reparam,bn,scale,talk,talk2d,light,dyn,branched'

@@ -176,6 +176,39 @@ def test_on_cuda_nothing_of_size_B_N_C_L_is_saved():
     assert 'aten.bmm.default' not in ops.ops
 
 
+class _Float64(TorchDispatchMode):
+    """The most elements of any float64 tensor an op produces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.most = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float64:
+                self.most = max(self.most, t.numel())
+        return out
+
+
+def test_on_cuda_no_float64_tensor_larger_than_the_input_is_made():
+    """Fake CUDA tensors, float32, a stage-3 mixer's shapes: the forward and backward implementations accumulate
+    their statistics in float64 from per-sequence sums: no float64 tensor is larger than the input (the input's
+    batch sum for the exact means is its one float64 pass). On a GPU, float64 passes over the N branch outputs cost
+    more than the convolutions."""
+    B, C, L, N = 32, 32, 196, 5
+    with FakeTensorMode():
+        x = torch.randn(B, C, L, device='cuda')
+        k = torch.randn(N, C, 2 * L - 1, device='cuda')
+        w, b, a = (torch.randn(N, C, device='cuda') for _ in range(3))
+        rec = _Float64()
+        with rec:
+            y, mean, var = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'auto', 'auto', False)
+            fold_bn.folded_bn_conv_backward(torch.randn_like(y), x, k, L - 1, w, b, a, mean, var, 1e-5, 'auto',
+                                            'auto', False)  # fmt: skip
+    assert 0 < rec.most <= B * C * L, rec.most
+
+
 @pytest.mark.parametrize('method', ['toeplitz', 'rowdft'])
 def test_the_backward_on_the_matmul_methods_runs_no_fft(method):
     """What the backward implementation runs on CUDA (the matmul methods), here on the CPU: no aten._fft_*."""
