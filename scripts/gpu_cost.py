@@ -912,9 +912,40 @@ def calibrate(out: Path) -> None:
     print('\n'.join(lines))
 
 
-def predicted_table(out: Path, gpu: str) -> None:
+MRCONV_ROWS = [  # (label, spec, mode, batch, model kwargs): issue 40's targets
+    ('deployed eval, batch 128', 'mrconvnext_t:reparam', 'eval', 128, {}),
+    ('deployed eval, batch 1', 'mrconvnext_t:reparam', 'eval', 1, {}),
+    ("training step, combine='bn'", 'mrconvnext_t', 'train', 128, {}),
+    ("training step, combine='scale'", 'mrconvnext_t', 'train', 128, {'combine': 'scale'}),
+]
+
+
+def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
+    """MRConvNeXt-T's rows of issue 40 (time ratios to convnext_tiny, peak training memory), counted on this
+    checkout and, with ``before``, on that checkout of an earlier commit."""
+    codes = [('this checkout', None)] + ([(f'`{before}`', before)] if before else [])
+    lines = [
+        '| row | code | ms | time ratio | peak MiB | memory ratio | launches | GB |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    ]
+    for label, spec, mode, batch, kwargs in MRCONV_ROWS:
+        for name, code in codes:
+            step = count_in_process(spec, mode, batch, 224, 'auto', kwargs, code=code)
+            t = model_time(step, gpu)
+            ref = base['eval1' if batch == 1 else 'eval128' if mode == 'eval' else 'train']
+            peak = (
+                f'{step.peak_bytes / 2**20:.0f} | {step.peak_bytes / base["peak"]:.2f}' if mode == 'train' else '- | -'
+            )
+            lines.append(f'| {label} | {name} | {t * 1e3:.1f} | {t / ref:.2f} | {peak} | {step.launches} | '
+                         f'{step.bytes / 1e9:.1f} |')  # fmt: skip
+    return lines
+
+
+def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     """Every family's T model against convnext_tiny, counted on this checkout: eval at batch 128 and 1, the training
-    step at 128 and its peak memory."""
+    step at 128 and its peak memory; then MRConvNeXt-T's rows of issue 40, also on ``before`` if given."""
+    command = f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}'
+    header = _header(command + (f' --before {before}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
     one = {k: v for k, v in count_all(FAMILIES_T, 1, 224).items() if k[1] == 'eval'}
     base = {
@@ -924,11 +955,11 @@ def predicted_table(out: Path, gpu: str) -> None:
         'peak': big['convnext_tiny', 'train'].peak_bytes,
     }
     lines = ["# Predicted GPU cost of every family's T model (the cost model, no GPU)", '']
-    lines += _header(f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}')
+    lines += header
     lines += [
-        f'Modeled on the {gpu.upper()} (eager, bf16 autocast, channels-last, 224 px; the constants fitted in '
-        '`cost-model-calibration.md`). Ratios: throughput ratio for eval (higher is better), time ratio for the '
-        'training step and memory ratio (lower is better), all against convnext_tiny.',
+        f'Modeled on the {gpu.upper()} (eager, bf16 autocast, channels-last, 224 px; the constants measured and fitted '
+        'in `cost-model-calibration.md`, on an H200). Ratios: throughput ratio for eval (higher is better), time ratio '
+        'for the training step and memory ratio (lower is better), all against convnext_tiny.',
         '',
         '| model | eval b128 ms | eval ratio | eval b1 ms | b1 ratio | train step ms | step ratio | '
         'train peak MiB | memory ratio | launches (train) | GB moved (train) |',
@@ -947,6 +978,8 @@ def predicted_table(out: Path, gpu: str) -> None:
         ]  # fmt: skip
         lines.append('| ' + ' | '.join(cells) + ' |')
     lines += ['', 'Where the time goes: `python scripts/gpu_cost.py --model NAME [--train]` lists the ops.', '']
+    lines += ['## MRConvNeXt-T against its targets (time ratios: lower is better)', '']
+    lines += mrconv_table(gpu, base, before) + ['']
     lines += LIMITS.splitlines()
     out.write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))
@@ -962,6 +995,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--top', type=int, default=25, help='ops listed, by modeled time')
     p.add_argument('--code', default=None, help='count the mrconvnext package of this checkout (default: this one)')
     p.add_argument('--table', default=None, metavar='MD', help="write the predicted table for this checkout's models")
+    p.add_argument('--before', default=None, metavar='DIR', help="with --table: MRConv's rows also on this checkout")
     p.add_argument(
         '--calibrate', default=None, metavar='MD', help='measure and fit the constants on the H200 profiles; write MD'
     )
@@ -975,7 +1009,7 @@ def main(argv: list[str] | None = None) -> None:
         calibrate(Path(args.calibrate))
         return
     if args.table:
-        predicted_table(Path(args.table), args.gpu)
+        predicted_table(Path(args.table), args.gpu, Path(args.before) if args.before else None)
         return
     step = count_step(args.model, args.train, args.batch, args.img_size, args.method, json.loads(args.kwargs))
     if args.json:
