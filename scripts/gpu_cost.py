@@ -3,7 +3,7 @@ autocast, channels-last), every dispatched op counted, and a modeled time per op
 
     python scripts/gpu_cost.py --model mrconvnext_t [--train] [--batch 128] [--img-size 224] [--gpu h100] [--top 25]
     python scripts/gpu_cost.py --table docs/gpu/cost-model.md      # every family's T model against convnext_tiny
-    python scripts/gpu_cost.py --calibrate docs/gpu/cost-model-calibration.md  # measure the constants (H200 profiles)
+    python scripts/gpu_cost.py --calibrate docs/gpu/cost-model-calibration.md --code CHECKOUT_OF_e065b57  # constants
 
 Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``'s):
 - bytes: each op reads the span of every tensor argument and writes the span of every tensor result (a span counts
@@ -33,7 +33,7 @@ live in ``docs/gpu/cost-model-constants.json``.
 
 What it cannot see (docs/gpu/cost-model.md): fusion under ``torch.compile``, L2 reuse, a Triton kernel's internal
 traffic and arithmetic, differences within a class (a small-tile GEMM and a large one share the matmul class's
-numbers), host time that differs by op (one ``issue`` for every op), and the extra kernels some ops launch.
+numbers), host time that differs by op within the two issue times, and the extra kernels some ops launch.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils.flop_counter import flop_registry  # noqa: E402
 
-# Bandwidths: the datasheets' (SXM parts); what the kernels achieve of them is the fitted efficiency. Tensor cores:
+# Bandwidths: the datasheets' (SXM parts); what the kernels achieve of them is each class's efficiency. Tensor cores:
 # the bf16 rate measured for an 8192^3 matmul on random data on this workplace's H100 and H200 (798 and 788
 # TFLOP/s). CUDA cores: the datasheets' fp32 rate. Grouped and depthwise convolutions run far under it: their rate is
 # the one measured for convnext_tiny's 7x7 depthwise convs (forward, dgrad and wgrad; docs/gpu/h200_2026-11-26,
@@ -79,9 +79,9 @@ UNITS = ('simt', 'tensor', 'fp64', 'grouped')
 TRUST = 0.20  # a predicted ratio within 20 % of the measured one is trusted (issue 39)
 
 # Op classes: what each class's kernels achieve of the roofline differs by up to 20x (gathers, scatters, small-tile
-# GEMMs, LayerNorm over few channels), so each class has its own efficiency. Measured, not fitted: per class, the
-# roofline time of its calls over their measured device time, pooled over the H200 profiles of every family's T
-# model (docs/gpu/h200_2026-11-26b/call1, `--calibrate`). A Triton operator of this package is a class of its own.
+# GEMMs, LayerNorm over few channels), so each class has its own efficiency and latency, measured from the H200
+# profiles of every family's T model (docs/gpu/h200_2026-11-26b/call1; `--calibrate`, :func:`class_costs`: least
+# squares per class over the profiled rows). A Triton operator of this package is a class of its own.
 OP_CLASSES = {
     'matmul': {'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm', 'aten::addbmm', 'aten::_scaled_mm'},
     'conv': {'aten::convolution', 'aten::_convolution', 'aten::convolution_backward', 'aten::cudnn_convolution'},
@@ -607,9 +607,12 @@ def profile_rows(call: str) -> list[dict]:
 
 
 def counted_method(call: str, row: dict) -> str:
-    """The method to count a profiled row with, so that the counting runs the code the call ran: call 1 ran 'auto' =
-    the matmul methods for every MRConv mixer; call 2 ran torch.fft but the Toeplitz product for maps up to
-    ``TOEPLITZ_MAX_LENGTH`` in batches of at least 32 (with or without a backward)."""
+    """The method to count a profiled row of call 1 or 2 with, so that the counting runs the methods the call ran:
+    call 1 (and the day-before table) ran 'auto' = the matmul methods for every MRConv mixer; call 2 ran torch.fft
+    but the Toeplitz product for maps up to ``TOEPLITZ_MAX_LENGTH`` in batches of at least 32 (with or without a
+    backward). Both ran e065b57's fold: count with ``--code`` a checkout of it (:func:`calibrate`)."""
+    if call not in ('call1', 'call2'):
+        raise ValueError(f"counted_method: the calls whose code is known are 'call1' and 'call2', got {call!r}")
     method = row['method']
     if 'mrconvnext' not in row['model'] or method not in ('auto', 'nofold'):
         return method
@@ -756,13 +759,13 @@ def _worst(rows: list[dict]) -> str:
     return f'largest ratio error {max(errors):.0%}; {within} of {len(errors)} ratios within ±{TRUST:.0%}'
 
 
-def count_rows(call: str) -> list[tuple[dict, StepCost]]:
-    """Every eager row of a call, counted (each in its own process) as the code of that call ran it."""
+def count_rows(call: str, code: Path | None = None) -> list[tuple[dict, StepCost]]:
+    """Every eager row of a call, counted (each in its own process) with the methods the call ran, on ``code``."""
     out = []
     for row in profile_rows(call):
         spec = row['model']
         step = count_in_process(spec, row['mode'], row['batch'], row['img_size'], counted_method(call, row),
-                                row['kwargs'])  # fmt: skip
+                                row['kwargs'], code=code)  # fmt: skip
         out.append((row, step))
     return out
 
@@ -823,21 +826,23 @@ def table_rows(path: Path) -> list[dict]:
     return rows
 
 
-def calibrate(out: Path) -> None:
-    """Measure each op class's cost and fit the host's issue time on the H200 profiles of call 1; check them,
+def calibrate(out: Path, code: Path | None) -> None:
+    """Measure each op class's cost and fit the host's two issue times on the H200 profiles of call 1; check them,
     untouched, on call 2 (other batch sizes and methods, another process) and on the H200 table of the day before
-    (another machine); write the constants (``CONSTANTS``) and the report ``out``."""
+    (another machine); write the constants (``CONSTANTS``) and the report ``out``. ``code``: the checkout whose
+    package is counted (the calls ran e065b57's; ``None``: this one)."""
     gpu = 'h200'
-    header = _header(f'python scripts/gpu_cost.py --calibrate {out.as_posix()}')  # before the files it writes
-    fit_pairs = count_rows('call1')
+    command = f'python scripts/gpu_cost.py --calibrate {out.as_posix()}' + (f' --code {code}' if code else '')
+    header = _header(command)  # before the files it writes
+    fit_pairs = count_rows('call1', code)
     table, issue, loss = fit(fit_pairs, gpu)
     classes = class_costs(fit_pairs, gpu)
     rows1 = compare_rows(fit_pairs, gpu, table, issue)
-    rows2 = compare_rows(count_rows('call2'), gpu, table, issue)
+    rows2 = compare_rows(count_rows('call2', code), gpu, table, issue)
     day_before = []
     for row in table_rows(H200_TABLE):
         method = counted_method('call1', row)  # 3f6fcf6 ran the matmul methods, as call 1 did
-        day_before.append((row, count_in_process(row['model'], row['mode'], 128, 224, method)))
+        day_before.append((row, count_in_process(row['model'], row['mode'], 128, 224, method, code=code)))
     rows3 = compare_rows(day_before, gpu, table, issue)
     kernel = sum(r['kernel_us'] for r, _ in fit_pairs) * 1e-6
     covered = sum(sum(measured_by_class(r).values()) for r, _ in fit_pairs)
@@ -850,8 +855,9 @@ def calibrate(out: Path) -> None:
     lines += [
         'Data: `scripts/gpu_profile.py` on an H200 (`docs/gpu/h200_2026-11-26b/`, whose README has the versions and '
         'commands): per row (model, eval or training step, batch, MRConv method) the median of 7 timed steps and one '
-        "profiled step's device time per op. Each row is counted here with the code that call ran "
-        '(`counted_method`). The constants go to `docs/gpu/cost-model-constants.json`, which the model reads.',
+        "profiled step's device time per op. Each row is counted here with the methods that call ran "
+        '(`counted_method`), on the package of `--code` (a checkout of e065b57, whose fold both calls ran). The '
+        'constants go to `docs/gpu/cost-model-constants.json`, which the model reads.',
         '',
         '## Op classes, measured on call 1',
         '',
@@ -1006,7 +1012,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.code:
         sys.path.insert(0, str(Path(args.code).resolve()))
     if args.calibrate:
-        calibrate(Path(args.calibrate))
+        calibrate(Path(args.calibrate), Path(args.code).resolve() if args.code else None)
         return
     if args.table:
         predicted_table(Path(args.table), args.gpu, Path(args.before) if args.before else None)

@@ -272,3 +272,5 @@ def test_a_profiled_row_is_counted_with_the_code_its_call_ran():
     assert gpu_cost.counted_method('call1', {**row, 'method': 'nofold'}) == 'nofold+matmul'
     assert gpu_cost.counted_method('call1', {**row, 'method': 'fft'}) == 'fft'
     assert gpu_cost.counted_method('call1', {**row, 'model': 'convnext_tiny'}) == 'auto'
+    with pytest.raises(ValueError, match="'call1' and 'call2', got 'call3'"):
+        gpu_cost.counted_method('call3', row)
