@@ -10,8 +10,8 @@ statistics over the ``M = B L`` values of a channel (``mean_i``, biased ``var_i`
 * ``mean_i`` is exact without any ``z_i``: ``mean_i = sum_s S[s] r_i[s] / M`` with ``S = sum_b x[b]`` and the
   ones-response ``r_i[s] = sum_{0 <= t < L} k_i[zero_lag + t - s]`` (a window sum of the taps).
 * ``var_i`` is the centred sum ``sum (z_i - mean_i)^2 / M`` over batch chunks of the branch outputs (bounded
-  memory, the mean known first: no ``E[z^2] - E[z]^2`` cancellation): each sequence summed in the convolution's
-  dtype, those sums accumulated in float64 (:func:`_sums`).
+  memory, the mean known first: no ``E[z^2] - E[z]^2`` cancellation): squares and sums of each sequence in float32
+  (float64 for float64 inputs), those sums accumulated in float64 (:func:`_sums`).
 * The output is one convolution with the merged kernel of the centred input, plus ``center * T_merged 1 + c`` (the
   constant and the centre's response, in float64).
 * Backward (``g = dL/dy``, ``G0 = sum g``, ``P_i = sum g (z_i - mean_i) s_i``):
@@ -49,7 +49,7 @@ __all__ = [
 
 # Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes. Counted on
 # fake CUDA for mrconvnext_t's training step at batch 128 (scripts/gpu_cost.py): 2^24 -> 2^25 cuts its launches from
-# 18.5k to 12.9k and its bytes by 10 % for 230 MiB more peak memory (8.6 -> 8.8 GB); 2^26 would take 9.4 GB.
+# 18.5k to 12.9k and its bytes by 10 % for 231 MiB more peak memory (8584 -> 8815 MiB); 2^26 would take 9409 MiB.
 CHUNK_ELEMS = 1 << 25
 
 
@@ -93,11 +93,21 @@ def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int, sync: bool
     return M, center, mean, u, offset
 
 
+def _acc(t: torch.Tensor) -> torch.dtype:
+    """The dtype ``t``'s squares, products and sums are taken in: float64 for float64, else float32 (in fp16 they
+    overflow, in bf16 they round to 8 bits)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    return t.to(_acc(t))
+
+
 def _sums(t: torch.Tensor) -> torch.Tensor:
-    """``t (b, N, C, L)`` summed over its batch and positions into ``(N, C)`` float64: each sequence summed in
-    ``t``'s dtype (L values: as precise as a float32 BatchNorm's own sums), those sums over the batch in float64.
-    Nothing of ``t``'s size is made in float64 (on a GPU that pass would cost more than the convolutions)."""
-    return t.sum(-1).double().sum(0)
+    """``t (b, N, C, L)`` summed over its batch and positions into ``(N, C)`` float64: each sequence summed in float32
+    (float64 for float64 ``t``; L values, as precise as a float32 BatchNorm's own sums), those sums over the batch in
+    float64. Nothing of ``t``'s size is made in float64 (on a GPU that pass would cost more than the convolutions)."""
+    return t.sum(-1, dtype=_acc(t)).double().sum(0)
 
 
 def _centred_branches(x, kernels, zero_lag, center, offset, method, engine):
@@ -138,7 +148,7 @@ def folded_bn_conv_forward(
         sq = torch.zeros(N, C, dtype=torch.float64, device=x.device)
         for bs in _chunks(B, N * C * L):
             _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
-            sq += _sums(d.square())
+            sq += _sums(_wide(d).square())
         var = _summed(sq, sync) / M
         a, c = _fold(weight, bias, alpha, mean, var, eps)
         merged = (a.to(kernels.dtype).unsqueeze(-1) * _per_channel(kernels, C)).sum(0)
@@ -197,7 +207,7 @@ def folded_bn_conv_backward(
             gz = torch.zeros(N, C, dtype=torch.float64, device=x.device)  # sum g (z_i - mean_i)
             for bs in _chunks(B, N * C * L):
                 _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
-                gz += _sums(d * g[bs].unsqueeze(1))
+                gz += _sums(_wide(d) * _wide(g[bs]).unsqueeze(1))
             gz_local, G0 = gz, _summed(G0_local, sync)
             P = s * _summed(gz, sync)  # sum g * zhat_i (over all processes: the statistics' gradient)
             coef = (a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1)
@@ -212,7 +222,7 @@ def folded_bn_conv_backward(
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk
-            dz_sum += dz.sum(0).double()
+            dz_sum += dz.sum(0, dtype=_acc(dz)).double()
         # the kernels also multiply the centre taken out of x: dk_i[j] += center * sum of dz_i over the outputs
         # that lag j reaches from inside the sequence
         reached = center.view(1, C, 1) * _reached_sums(dz_sum, zero_lag, kernels.shape[-1])  # (N, C, K)

@@ -317,3 +317,26 @@ def test_synchronized_statistics_over_two_processes_equal_one_process_over_the_w
     reports = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in (0, 1)]
     for rep in reports:
         assert rep['fold_calls'] == 1 and max(rep['err'].values()) < 1e-9, rep
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_precision_statistics_and_gradients_neither_overflow_nor_round_to_the_dtype(dtype):
+    """Branch outputs of magnitude ~300 in fp16 / bf16 and a loss-scaled output gradient (squares and products past
+    fp16's range): the variances and every gradient are finite and agree with the float64 fold run on the same
+    half-precision values, to the rounding of the half-precision branch outputs themselves (2e-2). Squares taken in
+    fp16 overflow here."""
+    torch.manual_seed(0)
+    B, C, L, N, K = 4, 3, 40, 2, 79
+    x = (30 * torch.randn(B, C, L)).to(dtype)
+    k = (torch.randn(N, C, K) / 2).to(dtype)
+    w, b, a = (torch.rand(N, C, dtype=torch.float64) + 0.5 for _ in range(3))
+    g = (torch.randn(B, C, L) * 1e3).to(dtype)  # a loss-scaled output gradient
+    out = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'fft', 'torch', False)
+    ref = fold_bn.folded_bn_conv_forward(x.double(), k.double(), L - 1, w, b, a, 1e-5, 'fft', 'torch', False)
+    assert out[2].isfinite().all() and ((out[2] - ref[2]).abs() / ref[2]).max() < 2e-2
+    grads = fold_bn.folded_bn_conv_backward(g, x, k, L - 1, w, b, a, *out[1:], 1e-5, 'fft', 'torch', False)
+    refs = fold_bn.folded_bn_conv_backward(g.double(), x.double(), k.double(), L - 1, w, b, a, *ref[1:], 1e-5, 'fft',
+                                           'torch', False)  # fmt: skip
+    for got, want in zip(grads, refs, strict=True):
+        assert got.float().isfinite().all()
+        assert (got.double() - want).norm() / want.norm() < 2e-2
