@@ -64,7 +64,8 @@ def _case(engine: str, C: int, H: int, device: str):
             return y.view(B, C, H, H)
 
         return run
-    method, eng = ('fft', 'torch') if engine == 'fft' else ('auto', 'auto')
+    # 'matmul': the matrix-product method for the length (what torch.compile takes at large batches)
+    method, eng = ('fft', 'torch') if engine == 'fft' else (engines.matmul_method(L), 'auto')
 
     def run(x):
         B = x.shape[0]
@@ -116,7 +117,7 @@ def accounting(batch: int) -> list[dict]:
                 nbytes = _count('fft-body', C, H, batch)[0]
             if engine == 'matmul':
                 L = H * H
-                method = engines.long_conv_choice('cuda', torch.bfloat16, L, 2 * L - 1, L - 1, 'auto', 'auto')[0]
+                method = engines.matmul_method(L)
             rows.append(
                 dict(
                     stage=f'{C}x{H}x{H}', engine=engine, method=method, bytes_per_elem=nbytes / elems,

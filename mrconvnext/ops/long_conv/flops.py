@@ -111,11 +111,12 @@ def conv_bn_sum_backward_flops(
     return round(_bwd(B, N, C, n, need_x, need_k) + B * C * L + 7 * B * N * C * L)
 
 
-def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engine: str) -> str:
+def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engine: str, grad: bool = False) -> str:
     zero = min(zero_lag, L - 1)
     reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
-    # the folded operators' convolutions run inside them, where no autograd records (their batch: chunks of x's)
-    return engines.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0])[0]
+    # the folded operators' convolutions run inside them, where no autograd records; their batch is a chunk of x's,
+    # counted here as the whole batch
+    return engines.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad)[0]
 
 
 def _branch_batch(method: str, B: int, C: int, M: int) -> tuple[int, int]:
@@ -168,4 +169,6 @@ def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> i
     m = _method(x, L, K, zero_lag, method, engine)
     Bg, Cg = _branch_batch(m, B, C, M)
     conv = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
-    return round(2 * conv + conv_vjp_flops(m, Bg, N, Cg, L, K, zero_lag) + 8 * B * N * C * L)
+    mv = _method(x, L, K, zero_lag, method, engine, grad=True)  # long_conv1d_vjp chooses as for a backward
+    Bv, Cv = _branch_batch(mv, B, C, M)
+    return round(2 * conv + conv_vjp_flops(mv, Bv, N, Cv, L, K, zero_lag) + 8 * B * N * C * L)
