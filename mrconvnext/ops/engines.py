@@ -112,9 +112,13 @@ TOEPLITZ_MAX_LENGTH = 256
 #   beyond; at batch 32, 12.8 on torch.fft and 13.5 with Toeplitz; at 8, 11.3 and 22.6; at 1, 14.6 and 26.2
 #   (the Toeplitz path's host time, which a small batch does not hide);
 # - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses: the compiled
-#   deployed eval at batch 128 ran at 0.84x convnext_tiny on them and 0.60x with torch.fft at stages 1-2;
+#   deployed eval at batch 128 ran at 0.84x convnext_tiny on them (the day before), 0.76x with this rule (row DFT
+#   at stages 1-2) and 0.60x with torch.fft at stages 1-2;
 # - with a backward: torch.fft. The branched training step (BatchNorm fold) took 1141 on the matmul methods and
-#   373-432 on torch.fft; combine='scale' 162 (matmul), 95 (Toeplitz up to 256) and 82 (torch.fft).
+#   388-433 on torch.fft, 384 with this rule (the fold's inner convolutions run without autograd and follow the
+#   forward rule); combine='scale' 162 (matmul), 95 (Toeplitz up to 256), 82 (torch.fft), 96 with this rule.
+# The crossover lies between the batches measured: at 32 torch.fft was faster, at 128 Toeplitz (64 not measured).
+# Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64
 # The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --ops
 # long_conv`: at L = 196 the row DFT ('onnx' layout) takes 0.5-0.75x Toeplitz's time at batch 1 and 1.15-1.3x at
@@ -488,8 +492,9 @@ def long_conv_choice(
     ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA, without a backward and in a batch of at least
     ``TOEPLITZ_MIN_BATCH``, the matmul methods (tensor-core GEMMs): under ``torch.compile`` those of
     :func:`matmul_method`, in eager the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
-    ``'fft'`` (computed in float32). The measurements behind it are at ``TOEPLITZ_MIN_BATCH``. With sizes that ``torch.compile`` traces symbolically the direct method and the
-    Toeplitz product are taken only where their conditions hold for every size the graph serves: the choice adds no
+    ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
+    ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
+    conditions hold for every size the graph serves (a symbolic batch takes ``'fft'``): the choice adds no
     guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
     and direct methods run on the ``'torch'`` engine. ``'flashfft'`` where flashfftconv cannot run falls back to
     ``'auto'`` with a one-time warning (which sizes it takes depends on the input). ``'native'`` where it cannot
@@ -528,8 +533,9 @@ def long_conv_choice(
         large = batch is not None and known_true(batch >= TOEPLITZ_MIN_BATCH)
         if engine in ('auto', 'torch') and half_cuda and large and not grad:
             if torch.compiler.is_compiling():  # inductor fuses the layout copies around the GEMMs
-                return matmul_method(length), 'torch'
-            if known_true(length <= TOEPLITZ_MAX_LENGTH):
+                if isinstance(length, int):  # the matmul methods specialize on the length: a symbolic one takes fft
+                    return matmul_method(length), 'torch'
+            elif known_true(length <= TOEPLITZ_MAX_LENGTH):
                 return 'toeplitz', 'torch'
     if engine == 'native':
         if fft_engine(device_type, dtype) != 'native':
@@ -590,7 +596,7 @@ def report() -> str:
     lines = [
         'mrconvnext engines: what engine="auto" runs',
         '',
-        f'{"operator (long convolutions: batch 128)":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
+        f'{"operator (long conv.: batch 128)":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
     ]
     # (op, sequence length, taps): long convolutions at ConvNeXt-T's stage-1 and stage-3 lengths, and a short kernel
     rows = [('long_conv1d', 3136, 3136), ('long_conv1d', 196, 196), ('long_conv1d', 3136, 7)]

@@ -211,7 +211,8 @@ def test_on_cuda_no_float64_tensor_larger_than_the_input_is_made():
 
 @pytest.mark.parametrize('method', ['toeplitz', 'rowdft'])
 def test_the_backward_on_the_matmul_methods_runs_no_fft(method):
-    """What the backward implementation runs on CUDA (the matmul methods), here on the CPU: no aten._fft_*."""
+    """The backward implementation on the matmul methods (what CUDA runs where it asks for them), here on the CPU:
+    no aten._fft_*."""
     x = torch.randn(2, 4, 49, dtype=DT)
     k = torch.randn(3, 4, 97, dtype=DT)
     w, b, a = (torch.randn(3, 4, dtype=DT) for _ in range(3))

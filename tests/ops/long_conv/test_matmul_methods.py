@@ -141,9 +141,19 @@ def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches
     torch.compile(f, backend='eager', fullgraph=True)(torch.zeros(2))
     assert choices == [('rowdft', 'torch'), ('toeplitz', 'torch'), ('fft', 'torch'), ('fft', 'torch')]
 
+    def g(x):  # sizes traced symbolically: neither the batch nor the length is known, torch.fft with no guard
+        choices.append(engines.resolve('long_conv1d', 'cuda', torch.bfloat16, length=x.shape[1], batch=x.shape[0]))
+        return x + 1
+
+    choices.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(g, backend='eager', fullgraph=True, dynamic=True)
+    compiled(torch.zeros(128, 196))
+    assert choices == [('fft', 'torch')]
+
 
 def test_long_conv1d_tells_the_choice_whether_a_backward_follows():
-    """Fake CUDA tensors, bf16, a stage-3 map in a batch of 128: the Toeplitz product without autograd, torch.fft
+    """Fake CUDA tensors, bf16, a stage-3 map in a batch of TOEPLITZ_MIN_BATCH: the Toeplitz product without autograd, torch.fft
     (the package's FFT operator) when the input requires a gradient."""
     B, C, L = engines.TOEPLITZ_MIN_BATCH, 16, 196
     for requires_grad, expected in ((False, 'aten.bmm.default'), (True, 'mrconvnext.fft_conv.default')):
