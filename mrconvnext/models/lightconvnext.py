@@ -7,6 +7,15 @@ Per-stage settings (our choice; the paper is about text): kernels grow with dept
 encoders (3, 7, 15, 31, ...), starting one step up because a flattened image row is long:
 ``kernel_sizes = (7, 15, 31, 31)``, and one head per 16 channels (``num_heads = dim // 16``,
 at least 1), i.e. 16 channels share each softmax-normalized kernel.
+
+Cite::
+
+    @inproceedings{wu2019pay,
+      title = {Pay Less Attention with Lightweight and Dynamic Convolutions},
+      author = {Wu, Felix and Fan, Angela and Baevski, Alexei and Dauphin, Yann N. and Auli, Michael},
+      booktitle = {International Conference on Learning Representations},
+      year = {2019}
+    }
 """
 
 from __future__ import annotations

@@ -28,9 +28,7 @@ import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import register_notrace_function, trunc_normal_
-from timm.models import build_model_with_cfg
-from timm.models._pretrained import PretrainedCfg
-from timm.models._registry import get_pretrained_cfg
+from timm.models import PretrainedCfg, build_model_with_cfg, get_pretrained_cfg
 from timm.models.convnext import ConvNeXt
 
 from ..layers.mrconv import read_grid

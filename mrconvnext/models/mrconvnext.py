@@ -18,6 +18,15 @@ another (the mixers take the checkpoint's grid). ``docs/resolution.md`` measures
 No ImageNet weights for MRConvNeXt exist; ``pretrained=True`` needs a weight source you provide
 (``pretrained_cfg_overlay=dict(file=...)``, ``local-dir:`` or ``hf-hub:``). To start from timm's
 ImageNet ConvNeXt, use :func:`~mrconvnext.models.load_convnext_weights`.
+
+Cite::
+
+    @inproceedings{cunningham2024mrconv,
+      title = {Reparameterized Multi-Resolution Convolutions for Long Sequence Modelling},
+      author = {Cunningham, Harry Jake and Giannone, Giorgio and Zhang, Mingtian and Deisenroth, Marc Peter},
+      booktitle = {Advances in Neural Information Processing Systems},
+      year = {2024}
+    }
 """
 
 from __future__ import annotations

@@ -9,6 +9,15 @@ Per-stage settings (our rule): maximum offsets are half the stage's nominal exte
 (1D: ``H*W // 2``; 2D: ``W // 2`` left/right, ``H // 2`` top/bottom), so a window can grow to the whole
 map; it starts at half that (sigmoid(0) = 0.5) and learns per position how far to reach. One head per
 16 channels (``num_heads = dim // 16``, at least 1): 16 channels share each window.
+
+Cite::
+
+    @inproceedings{lioutas2020talk,
+      title = {Time-aware Large Kernel Convolutions},
+      author = {Lioutas, Vasileios and Guo, Yuhong},
+      booktitle = {International Conference on Machine Learning},
+      year = {2020}
+    }
 """
 
 from __future__ import annotations
