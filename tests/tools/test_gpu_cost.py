@@ -274,3 +274,32 @@ def test_a_profiled_row_is_counted_with_the_code_its_call_ran():
     assert gpu_cost.counted_method('call1', {**row, 'model': 'convnext_tiny'}) == 'auto'
     with pytest.raises(ValueError, match="'call1' and 'call2', got 'call3'"):
         gpu_cost.counted_method('call3', row)
+
+
+def test_the_host_issues_the_backward_and_operator_internals_at_their_own_rate():
+    """Calls marked ``fast`` (the backward walk, inside an operator) cost the host ``issue[1]``, the others
+    ``issue[0]``: ten tiny calls of each alone take 10 * (slow + fast) on a host-bound device, and the closed form
+    agrees with the step-by-step timeline on a mixed sequence."""
+    tiny = gpu_cost.Call('aten::add', 4, 4, 0, 'simt')
+    fast = gpu_cost.Call('aten::add', 4, 4, 0, 'simt', fast=True)
+    big = gpu_cost.Call('aten::add', 10**9, 10**9, 0, 'simt', fast=True)
+    issue = (30e-6, 5e-6)
+    small = gpu_cost.device_time(tiny, 'h100', 0.5)
+    alone = gpu_cost.StepCost('m', 'eval', 1, [tiny] * 10 + [fast] * 10)
+    assert gpu_cost.model_time(alone, 'h100', 0.5, issue) == pytest.approx(10 * 30e-6 + 10 * 5e-6 + small)
+    mixed = gpu_cost.StepCost('m', 'train', 1, [tiny, fast, big, tiny, fast, fast, tiny, big, fast])
+    assert sum(gpu_cost.timeline(mixed, 'h100', 0.5, issue)) == pytest.approx(
+        gpu_cost.model_time(mixed, 'h100', 0.5, issue)
+    )
+    # the counting marks what is issued while its ``fast`` count is up (count_step raises it around the backward walk)
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        x = torch.randn(8, 8, requires_grad=True)
+        with counter:
+            y = (x * x).sum()
+        n_forward = len(counter.calls)
+        with counter:
+            counter.fast += 1
+            gpu_cost.walk_backward(y.grad_fn, torch.ones_like(y))
+            counter.fast -= 1
+    assert not any(c.fast for c in counter.calls[:n_forward]) and all(c.fast for c in counter.calls[n_forward:])
