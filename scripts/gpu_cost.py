@@ -929,7 +929,10 @@ MRCONV_ROWS = [  # (label, spec, mode, batch, model kwargs): issue 40's targets
 def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
     """MRConvNeXt-T's rows of issue 40 (time ratios to convnext_tiny, peak training memory), counted on this
     checkout and, with ``before``, on that checkout of an earlier commit."""
-    codes = [('this checkout', None)] + ([(f'`{before}`', before)] if before else [])
+    codes = [('this checkout', None)]
+    if before:
+        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=before)
+        codes.append((f'{rev.stdout.strip() or before} (`--before`)', before))
     lines = [
         '| row | code | ms | time ratio | peak MiB | memory ratio | launches | GB |',
         '| --- | --- | --- | --- | --- | --- | --- | --- |',

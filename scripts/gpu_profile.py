@@ -88,17 +88,18 @@ def set_method(model, method: str) -> None:
         branch_norm.fold_applies = (lambda bn, x: False) if nofold else fold_applies
     if method == 'auto':
         return
+    if method != 'mixed':  # the package's own setter ('matmul' included)
+        from mrconvnext.tools.common import set_mixer_method
+
+        set_mixer_method(model, method)
+        return
     from mrconvnext.layers import MRConv1d
     from mrconvnext.ops import engines
 
     for m in model.modules():
         if isinstance(m, MRConv1d):
-            if method == 'mixed':
-                m.method = 'fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz'
-            elif method == 'matmul':
-                m.method = engines.matmul_method(m.seq_len)
-            else:
-                m.method = method
+            m.method = 'fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz'
+            m.engine = 'auto'
 
 
 def profile_events(prof) -> dict:
