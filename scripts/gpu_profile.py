@@ -75,6 +75,9 @@ TINY.update({f'{f}_t': f'{f}_atto' for f in ('mrconvnext', 'talkconvnext', 'talk
 TINY['dynconvnext_t'] = 'dynconvnext_atto'
 
 
+_PACKAGE_RULES: dict = {}  # the package's functions a row replaces, to put back for the next row
+
+
 def set_method(model, method: str) -> None:
     """Every MRConv mixer's method (module docstring); ``nofold`` keeps ``auto`` and turns the fold off for this row,
     ``nofold+METHOD`` also sets METHOD. ``auto`` changes nothing (the package's own choice, at any commit)."""
@@ -83,9 +86,8 @@ def set_method(model, method: str) -> None:
     if nofold or 'mrconvnext.layers.branch_norm' in sys.modules:
         from mrconvnext.layers import branch_norm
 
-        fold_applies = getattr(branch_norm, '_fold_applies', branch_norm.fold_applies)
-        branch_norm._fold_applies = fold_applies  # the package's, kept for the rows after a nofold row
-        branch_norm.fold_applies = (lambda bn, x: False) if nofold else fold_applies
+        _PACKAGE_RULES.setdefault('fold_applies', branch_norm.fold_applies)  # kept for the rows after a nofold row
+        branch_norm.fold_applies = (lambda bn, x: False) if nofold else _PACKAGE_RULES['fold_applies']
     if method == 'auto':
         return
     if method != 'mixed':  # the package's own setter ('matmul' included)
