@@ -2,7 +2,8 @@
 an underscore name means "this file only", so no module imports one from another file or reaches into another
 module's underscore attributes; the operators (``mrconvnext.ops``) import each other without a cycle; and no
 test, benchmark or script patches a private name of the package (engines are chosen through ``engine=`` /
-``method=`` and :mod:`mrconvnext.ops.engines`)."""
+``method=`` and :mod:`mrconvnext.ops.engines`); and the layers import only downwards (ops <- layers <- models <-
+tools)."""
 
 from __future__ import annotations
 
@@ -179,3 +180,47 @@ def _imported_as(tree: ast.Module, name: str) -> str:
             if any((a.asname or a.name.split('.')[0]) == name for a in node.names):
                 return next(a.name for a in node.names if (a.asname or a.name.split('.')[0]) == name)
     return ''
+
+
+LAYERS = ('mrconvnext.ops', 'mrconvnext.layers', 'mrconvnext.models', 'mrconvnext.tools')  # lowest first
+
+
+def _layer(module: str) -> int | None:
+    """The index in ``LAYERS`` of the layer a module belongs to (None: the package's top-level modules)."""
+    for i, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + '.'):
+            return i
+    return None
+
+
+def _upward_imports(modules) -> list[str]:
+    bad = []
+    for name in modules:
+        here = _layer(name)
+        if here is None:
+            continue
+        for line, source, imported in _imports(name):
+            for target in _targets(source, imported) or [source]:
+                there = _layer(target)
+                if there is None and target != 'mrconvnext':
+                    there = len(LAYERS)  # a top-level module (the CLIs, the demo) sits above every layer
+                if there is not None and there > here:
+                    bad.append(f'{MODULES[name].relative_to(ROOT)}:{line}: {target}')
+    return bad
+
+
+def test_layers_import_only_downwards():
+    """ops <- layers <- models <- tools: operators know nothing of modules, modules nothing of models, models
+    nothing of the tools (imports inside functions included)."""
+    assert sum(_layer(name) == 3 for name in MODULES) > 5  # the modules were read
+    bad = _upward_imports(MODULES)
+    assert not bad, 'imports from a higher layer:\n' + '\n'.join(bad)
+
+
+def test_the_layer_rule_finds_an_upward_import(tmp_path, monkeypatch):
+    """The check above can fail: an operator module importing a layer is reported."""
+    planted = tmp_path / 'planted.py'
+    planted.write_text('def f():\n    from mrconvnext.layers import MRConv1d\n    return MRConv1d\n')
+    monkeypatch.setitem(MODULES, 'mrconvnext.ops.planted', planted)
+    monkeypatch.setitem(globals(), 'ROOT', tmp_path)
+    assert _upward_imports(['mrconvnext.ops.planted']) == ['planted.py:2: mrconvnext.layers']
