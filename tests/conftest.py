@@ -6,7 +6,7 @@ import pytest
 import torch
 
 # Triton's interpreter runs the Triton kernels on CPU tensors; it is chosen when the kernels are defined (the first
-# import of mrconvnext.ops.talk.engine_triton), so it is set here, before any test imports them. With a GPU the kernels are
+# import of a Triton kernel module of mrconvnext.ops), so it is set here, before any test imports them. With a GPU the kernels are
 # compiled and the CUDA suite (pytest -m cuda) runs them.
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')

@@ -276,15 +276,15 @@ def triton_unavailable(device_type: str) -> str | None:
     """Why the Triton kernels cannot run on ``device_type`` tensors, or None when they can."""
     if device_type not in _triton_reasons:
         try:
-            from .talk import engine_triton
+            from .talk import triton_common
         except Exception as exc:  # noqa: BLE001 - no Triton (e.g. CPU-only or macOS wheels): say why
             reason = f'Triton is not importable ({type(exc).__name__}: {exc})'
         else:
             if device_type == 'cuda':
                 reason = None
             elif device_type == 'cpu':
-                reason = None if engine_triton.interpreted() else 'CPU tensors need TRITON_INTERPRET=1 before first use'
-                if reason is None and not _wraps_interpreted_kernels(engine_triton.scan_jit):
+                reason = None if triton_common.interpreted() else 'CPU tensors need TRITON_INTERPRET=1 before first use'
+                if reason is None and not _wraps_interpreted_kernels(triton_common.start_edge):
                     reason = (
                         f"torch {torch.__version__}'s wrap_triton refuses Triton's interpreted kernels (torch 2.14 "
                         'takes them): the interpreter needs a newer torch'

@@ -132,28 +132,34 @@ def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout)
 
 
 def _kernels() -> list:
-    """Every kernel with the argument types and block sizes the operators pass: float32 and float64 accumulation,
-    bf16 storage; the channels-last kernels at TaLK-ConvNeXt-T's 16 channels per head."""
+    """Every kernel with the argument types and the block sizes its launcher passes (read from the kernel modules):
+    float32 and float64 accumulation, bf16 storage; the channels-last kernels at TaLK-ConvNeXt-T's stage 1 (6 heads
+    of 16 channels), the 2-D channels-last scan at 56 and 256 positions per row."""
+    import torch
 
-    mod = 'mrconvnext.ops.talk.engine_triton'
+    from mrconvnext.ops.talk import triton_channels_last as cl_mod
+    from mrconvnext.ops.talk import triton_plane, triton_scan, triton_table
+
     ce = 'constexpr'
     i64s = lambda *names: {n: 'i64' for n in names}  # noqa: E731
     i32s = lambda *names: {n: 'i32' for n in names}  # noqa: E731
     norm = dict(norm_hi='fp32', norm_lo='fp32')
+    heads, R = 6, 16
+    scan, cl_scan = triton_scan.SCAN_BLOCKS, triton_scan.CL_SCAN_BLOCKS
+    blocks = dict(BLOCK_R=triton_table.TABLE_BLOCK_R, BLOCK_L=triton_table.TABLE_BLOCK_L)
+    cl = cl_mod.cl_blocks(heads, R)
     out = []
     for acc, f64 in (('fp32', False), ('fp64', True)):
-        blocks = dict(BLOCK_R=8, BLOCK_L=128)
-        cl = dict(BLOCK_L=32, BLOCK_H=4, BLOCK_R=16)
-        cl2 = dict(cl, BLOCK_L=8)  # the channels-last 2-D kernels' positions per program
+        acc_dtype = torch.float64 if f64 else torch.float32
         out += [
             ('scan_jit', dict(src='*bf16', dst=f'*{acc}', **i32s('A2', 'M', 'L'),
                               **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
                               REVERSE=ce, ACC_F64=ce, BLOCK_M=ce, BLOCK_L=ce),
-             dict(REVERSE=True, ACC_F64=f64, BLOCK_M=8, BLOCK_L=128)),
+             dict(REVERSE=True, ACC_F64=f64, **scan)),
             ('scan_jit', dict(src=f'*{acc}', dst='*bf16', **i32s('A2', 'M', 'L'),
                               **i64s('ss0', 'ss1', 'ss2', 'ss3', 'sd0', 'sd1', 'sd2', 'sd3'),
                               REVERSE=ce, ACC_F64=ce, BLOCK_M=ce, BLOCK_L=ce),
-             dict(REVERSE=True, ACC_F64=f64, BLOCK_M=32, BLOCK_L=32)),
+             dict(REVERSE=True, ACC_F64=f64, **cl_scan)),
             ('talk1d_fwd_jit', dict(x='*bf16', P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'L', 'R', 'heads'),
                                     **i64s('sxb', 'sxc', 'sxl', 'syb', 'syc', 'syl'), **i32s('ml', 'mr'), **norm,
                                     BLOCK_R=ce, BLOCK_L=ce), blocks),
@@ -168,30 +174,31 @@ def _kernels() -> list:
                                        **i32s('C', 'L', 'R', 'heads'),
                                        **i64s('sgb', 'sgl', 'sgc', 'sxb', 'sxl', 'sob', 'soh', 'sol', 'sos'),
                                        **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_L=ce, BLOCK_H=ce,
-                                       BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **dict(cl, BLOCK_L=16))),
+                                       BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl_mod.cl_blocks(heads, R, cl_mod.CL_BWD_BLOCK_L))),
             ('talk2d_fwd_jit', dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'H', 'W', 'R', 'heads'),
                                     **i32s('ml', 'mr', 'mt', 'mb'), **norm, BLOCK_R=ce, BLOCK_N=ce),
-             dict(BLOCK_R=8, BLOCK_N=64 if f64 else 128)),
+             dict(BLOCK_R=blocks['BLOCK_R'], BLOCK_N=triton_table.block_2d(acc_dtype, backward=False))),
             ('talk2d_bwd_jit', dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
                                     **i32s('C', 'H', 'W', 'R', 'heads'), **i32s('ml', 'mr', 'mt', 'mb'), **norm,
                                     NEED_DX=ce, NEED_DOFF=ce, BLOCK_R=ce, BLOCK_N=ce),
-             dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=8, BLOCK_N=32 if f64 else 64)),
+             dict(NEED_DX=True, NEED_DOFF=True, BLOCK_R=blocks['BLOCK_R'],
+                  BLOCK_N=triton_table.block_2d(acc_dtype, backward=True))),
             ('scan2d_cl_jit', dict(src='*bf16', dst=f'*{acc}', **i32s('H', 'W', 'C'),
                                    **i64s('ssb', 'ssh', 'ssw', 'sdb', 'sdh', 'sdw'), REVERSE=ce, ACC_F64=ce,
-                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=False, ACC_F64=f64, BLOCK_W=64, BLOCK_C=32)),
+                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=False, ACC_F64=f64, **triton_scan.scan2d_cl_blocks(56))),
             ('scan2d_cl_jit', dict(src=f'*{acc}', dst='*bf16', **i32s('H', 'W', 'C'),
                                    **i64s('ssb', 'ssh', 'ssw', 'sdb', 'sdh', 'sdw'), REVERSE=ce, ACC_F64=ce,
-                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=True, ACC_F64=f64, BLOCK_W=256, BLOCK_C=16)),
+                                   BLOCK_W=ce, BLOCK_C=ce), dict(REVERSE=True, ACC_F64=f64, **triton_scan.scan2d_cl_blocks(256))),
             ('talk2d_fwd_cl_jit', dict(P=f'*{acc}', off=f'*{acc}', y='*bf16', **i32s('C', 'H', 'W', 'R', 'heads'),
                                        **i64s('sob', 'soh', 'sop', 'sos'), **i32s('ml', 'mr', 'mt', 'mb'), **norm,
-                                       BLOCK_L=ce, BLOCK_H=ce, BLOCK_R=ce), dict(cl, BLOCK_L=16 if f64 else 8)),
+                                       BLOCK_L=ce, BLOCK_H=ce, BLOCK_R=ce), cl_mod.cl_blocks(heads, R, cl_mod.block_2d_cl(acc_dtype, backward=False))),
             ('talk2d_bwd_cl_jit', dict(g='*bf16', P=f'*{acc}', off=f'*{acc}', dP=f'*{acc}', doff=f'*{acc}',
                                        **i32s('C', 'H', 'W', 'R', 'heads'),
                                        **i64s('sgb', 'sgp', 'sgc', 'sob', 'soh', 'sop', 'sos'),
                                        **i32s('ml', 'mr', 'mt', 'mb'), **norm, NEED_DX=ce, NEED_DOFF=ce, BLOCK_L=ce,
-                                       BLOCK_H=ce, BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl2)),
+                                       BLOCK_H=ce, BLOCK_R=ce), dict(NEED_DX=True, NEED_DOFF=True, **cl_mod.cl_blocks(heads, R, cl_mod.block_2d_cl(acc_dtype, backward=True)))),
         ]  # fmt: skip
-    plane = dict(PRECISION='ieee', BLOCK_T=16, BLOCK_J=64, BLOCK_R=16)  # float32 accumulation only
+    plane = triton_plane.plane_blocks(R)  # float32 accumulation only
     out += [
         ('talk1d_plane_fwd_jit', dict(x='*bf16', off='*fp32', y='*bf16', **i32s('L', 'R', 'heads'),
                                       **i64s('sxb', 'sxc', 'sxl', 'syb', 'syc', 'syl', 'sob', 'soh', 'sol', 'sos'),
@@ -202,7 +209,7 @@ def _kernels() -> list:
                                       **i64s('sgb', 'sgc', 'sgl', 'sxb', 'sxc', 'sxl', 'sdb', 'sdc', 'sdl', 'sob',
                                              'soh', 'sol', 'sos'), **i32s('ml', 'mr'), **norm, NEED_DX=ce, NEED_DOFF=ce,
                                       PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
-         dict(NEED_DX=True, NEED_DOFF=True, **dict(plane, BLOCK_J=32))),
+         dict(NEED_DX=True, NEED_DOFF=True, **triton_plane.plane_blocks(R, dims=1, backward=True))),
         ('talk2d_plane_fwd_jit', dict(x='*bf16', off='*fp32', y='*bf16', **i32s('H', 'W', 'R', 'heads'),
                                       **i64s('sxb', 'sxc', 'sxp', 'syb', 'syc', 'syp', 'sob', 'soh', 'sop', 'sos'),
                                       **i32s('ml', 'mr', 'mt', 'mb'), **norm, PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce,
@@ -212,9 +219,10 @@ def _kernels() -> list:
                                       **i64s('sgb', 'sgc', 'sgp', 'sxb', 'sxc', 'sxp', 'sdb', 'sdc', 'sdp', 'sob',
                                              'soh', 'sop', 'sos'), **i32s('ml', 'mr', 'mt', 'mb'), **norm, NEED_DX=ce,
                                       NEED_DOFF=ce, PRECISION=ce, BLOCK_T=ce, BLOCK_J=ce, BLOCK_R=ce),
-         dict(NEED_DX=True, NEED_DOFF=True, **dict(plane, BLOCK_J=16))),
+         dict(NEED_DX=True, NEED_DOFF=True, **triton_plane.plane_blocks(R, dims=2, backward=True))),
     ]  # fmt: skip
-    return [(mod, name, sig, const) for name, sig, const in out]
+    modules = {name: mod.__name__ for mod in (triton_scan, triton_table, cl_mod, triton_plane) for name in mod.__all__}
+    return [(modules[name], name, sig, const) for name, sig, const in out]
 
 
 def test_kernels_fit_hopper():
