@@ -183,14 +183,73 @@ def markdown_report(
     """A markdown table of ``rows`` (every key of any row, in first-seen order) under ``title``, then ``extra``
     lines; written with the CSV to ``out/stem.{md,csv}`` unless ``out`` is empty. Returns the lines."""
     header = list(dict.fromkeys(k for r in rows for k in r))
-    lines = [title, '', '| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
-    lines += ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
+    lines = [title, '', *markdown_rows(rows)]
     lines += ['', *extra] if extra else []
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / f'{stem}.md').write_text('\n'.join(lines) + '\n')
         write_csv(Path(out) / f'{stem}.csv', rows, header)
     return lines
+
+
+BENCHMARKS_DOC = ROOT / 'docs' / 'benchmarks.md'
+_DOC_INTRO = """# Benchmarks
+
+The numbers that chose the package's constants and forms, each table written by the command named under it
+(`--doc`): the date, the machine, the commit and the versions it ran with. Regenerate a table by running its command
+again; the other tables stay. Code comments name the command behind a constant and point here, never a number.
+
+Timings on a shared machine are noisy: read the spread, and compare only rows of one table (one run, interleaved
+or side by side). GPU measurements are under [gpu/](gpu/README.md), ONNX Runtime's whole-model table is
+[deploy/onnx_cpu.md](deploy/onnx_cpu.md).
+"""
+
+
+def machine_line(command: str) -> str:
+    """``Generated <date> on <host> (<CPU>, <threads> threads), commit <sha>, torch <version>, by `<command>`.``"""
+    import datetime
+    import platform
+
+    import torch
+
+    cpu = next(
+        (ln.split(':', 1)[1].strip() for ln in Path('/proc/cpuinfo').read_text().splitlines() if 'model name' in ln),
+        platform.processor() or platform.machine(),
+    ) if Path('/proc/cpuinfo').exists() else platform.processor() or platform.machine()  # fmt: skip
+    try:
+        sha = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(['git', 'status', '--porcelain', '-uno'], cwd=ROOT, capture_output=True, text=True)
+        sha += ' (with uncommitted changes)' if dirty.stdout.strip() else ''
+    except (OSError, subprocess.CalledProcessError):
+        sha = 'unknown (not a git checkout)'
+    return (
+        f'Generated {datetime.date.today().isoformat()} on {platform.node()} ({cpu}, {torch.get_num_threads()} '
+        f'threads), commit {sha}, torch {torch.__version__}, by `{command}`.'
+    )
+
+
+def write_doc_section(key: str, title: str, command: str, lines: Sequence[str], doc: Path = BENCHMARKS_DOC) -> Path:
+    """Write (or replace) the section ``key`` of ``docs/benchmarks.md``: ``## title``, :func:`machine_line` and
+    ``lines`` (a markdown table and notes), between ``<!-- bench:key -->`` markers; other sections stay."""
+    begin, end = f'<!-- bench:{key} -->', f'<!-- /bench:{key} -->'
+    section = '\n'.join([begin, f'## {title}', '', machine_line(command), '', *lines, end])
+    text = doc.read_text() if doc.exists() else _DOC_INTRO
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip('\n') + '\n\n' + section + '\n'
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    return doc
+
+
+def markdown_rows(rows: Sequence[dict]) -> list[str]:
+    """A markdown table of ``rows``: every key of any row, in first-seen order."""
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+    return lines + ['| ' + ' | '.join(str(r.get(k, '')) for k in header) + ' |' for r in rows]
 
 
 def spread(row: dict, digits: int = 1) -> str:

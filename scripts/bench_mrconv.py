@@ -6,10 +6,12 @@
     python scripts/bench_mrconv.py --fourier          # Fourier branch kernels: irfft vs the cached-basis matmul
     python scripts/bench_mrconv.py --synthesis        # all branch kernels: per branch vs batched (kernel_bank)
     python scripts/bench_mrconv.py --shared --groups 4 # reduced-dimension layers: shared filters vs expanded
+    python scripts/bench_mrconv.py --chunks           # torch.fft engine: CPU chunk size (engine_torch.CHUNK_ELEMS)
+    python scripts/bench_mrconv.py --pad --threads 1  # direct method: conv1d's own padding vs F.pad (CPU_NATIVE_PAD_MAX)
 
 Every case is timed side by side in the same process: warm-up, then ``--repeats`` runs; the table
 gives the median and the spread (min-max) in milliseconds, and ratios of medians. Results are
-also written as CSV to ``--out``.
+also written as CSV to ``--out``, and with ``--doc`` as a section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import csv
 import functools
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +30,20 @@ from mrconvnext.layers import MRConv2d
 from mrconvnext.layers.kernel_params import FourierKernel
 from mrconvnext.ops import long_conv1d
 from mrconvnext.ops.long_conv import circular_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import markdown_rows, write_doc_section  # noqa: E402
+
+TITLES = {
+    'layer': 'MRConv layer (CPU): training, branched and deployed forward per FFT engine',
+    'fft_sizes': 'FFT sizes of the long convolution (CPU): exact, power of two, 7-smooth',
+    'crossover': "The long convolution's direct / FFT crossover by kernel length (CPU): `DIRECT_MAX_TAPS`",
+    'fourier': 'Fourier branch kernels (CPU): irfft against the cached-basis product',
+    'synthesis': 'Branch kernel synthesis (CPU): per branch against batched',
+    'shared': 'Shared filters (`groups`, CPU): groups as batch on the matmul methods, against expanded filters',
+    'chunks': "The torch.fft engine's chunk size on the CPU: `engine_torch.CHUNK_ELEMS`",
+    'pad': "The direct method's padding on the CPU: `engine_torch.CPU_NATIVE_PAD_MAX`",
+}
 
 
 def timeit(fn, repeats: int, warmup: int = 2) -> list[float]:
@@ -111,6 +128,59 @@ def bench_fft_sizes(args) -> list[dict]:
         base = statistics.median(times['pow2'])
         for name, t in times.items():
             rows.append(row(f'L={L} C={C} n={sizes[name]} ({name})', t, base))
+    return rows
+
+
+def bench_chunks(args) -> list[dict]:
+    """The torch.fft engine's CPU chunk size (``engine_torch.CHUNK_ELEMS``, sequences x FFT size per chunk) at
+    ConvNeXt-T's stages: forward, and forward + backward, of a full-length kernel; ratios to the constant's value."""
+    from mrconvnext.ops.long_conv import engine_torch
+
+    chosen, rows = engine_torch.CHUNK_ELEMS, []
+    try:
+        for C, L in [(96, 3136), (192, 784), (384, 196), (768, 49)]:
+            x = torch.randn(args.batch, C, L, requires_grad=True)
+            k = torch.randn(C, 2 * L - 1, requires_grad=True)
+
+            def train(x=x, k=k, L=L):
+                long_conv1d(x, k, zero_lag=L - 1, method='fft', engine='torch').sum().backward()
+
+            def infer(x=x, k=k, L=L):
+                with torch.no_grad():
+                    long_conv1d(x, k, zero_lag=L - 1, method='fft', engine='torch')
+
+            for name, fn in (('forward', infer), ('train', train)):
+                times = {}
+                for log2 in (15, 18, 20, 22, 24):
+                    engine_torch.CHUNK_ELEMS = 1 << log2
+                    times[log2] = timeit(fn, args.repeats)
+                base = statistics.median(times[chosen.bit_length() - 1])
+                rows += [row(f'L={L} C={C} {name} 2^{e}', ts, base) for e, ts in times.items()]
+    finally:
+        engine_torch.CHUNK_ELEMS = chosen
+    return rows
+
+
+def bench_pad(args) -> list[dict]:
+    """The direct method on the CPU: ``conv1d``'s own zero padding against ``F.pad`` then an unpadded ``conv1d``
+    (``engine_torch.CPU_NATIVE_PAD_MAX``: the largest padding left to ``conv1d``), at stage 1 of ConvNeXt-T."""
+    from mrconvnext.ops.long_conv import engine_torch
+
+    chosen, rows = engine_torch.CPU_NATIVE_PAD_MAX, []
+    C, L = args.dim, args.size * args.size
+    x = torch.randn(args.batch, C, L)
+    try:
+        for taps in (7, 13, 15, 31, 63):
+            k = torch.randn(C, taps)
+            times = {}
+            for name, limit in (('F.pad', -1), ('conv1d padding', taps)):
+                engine_torch.CPU_NATIVE_PAD_MAX = limit
+                times[name] = timeit(functools.partial(long_conv1d, x, k, zero_lag=taps // 2, method='direct'),
+                                     args.repeats)  # fmt: skip
+            base = statistics.median(times['F.pad'])
+            rows += [row(f'L={L} C={C} K={taps} {name}', ts, base) for name, ts in times.items()]
+    finally:
+        engine_torch.CPU_NATIVE_PAD_MAX = chosen
     return rows
 
 
@@ -233,6 +303,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--fft-sizes', action='store_true')
     p.add_argument('--crossover', action='store_true')
+    p.add_argument('--chunks', action='store_true')
+    p.add_argument('--pad', action='store_true')
     p.add_argument('--fourier', action='store_true')
     p.add_argument('--synthesis', action='store_true')
     p.add_argument('--shared', action='store_true')
@@ -250,6 +322,7 @@ def main(argv=None) -> None:
     p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--threads', type=int, default=None)
     p.add_argument('--out', default=None)
+    p.add_argument('--doc', action='store_true', help='also write the table as a section of docs/benchmarks.md')
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -258,6 +331,10 @@ def main(argv=None) -> None:
         kind, rows = 'fft_sizes', bench_fft_sizes(args)
     elif args.crossover:
         kind, rows = 'crossover', bench_crossover(args)
+    elif args.chunks:
+        kind, rows = 'chunks', bench_chunks(args)
+    elif args.pad:
+        kind, rows = 'pad', bench_pad(args)
     elif args.fourier:
         kind, rows = 'fourier', bench_fourier(args)
     elif args.synthesis:
@@ -277,6 +354,13 @@ def main(argv=None) -> None:
         w.writeheader()
         w.writerows(rows)
     print(f'wrote {out}')
+    if args.doc:
+        given = list(sys.argv[1:] if argv is None else argv)
+        if '--out' in given:  # where the CSV went is not part of the measurement
+            del given[given.index('--out') : given.index('--out') + 2]
+        command = ' '.join(['python scripts/bench_mrconv.py', *given])
+        shown = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+        print(f'wrote {write_doc_section(f"mrconv_{kind}", TITLES[kind], command, markdown_rows(shown))}')
 
 
 if __name__ == '__main__':

@@ -8,7 +8,7 @@ the alternatives they were chosen against), exported alone with ``torch.onnx.exp
 in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs after three warm-up runs). The shapes are
 ConvNeXt-atto's and -T's stages (channels, map). The maximum error against the float64 specification, relative to
 the largest output, is checked (< 1e-4). This is what chose ``engines.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
-DynamicConv forms.
+DynamicConv forms. ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--batches', nargs='+', type=int, default=[1, 8])
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--repeats', type=int, default=11)
+    p.add_argument('--doc', action='store_true', help='also write the table as a section of docs/benchmarks.md')
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,6 +129,22 @@ def run(argv: list[str] | None = None) -> list[dict]:
                 row[name] = round(ms, 2)
             rows.append(row)
             print(' | '.join(f'{k} {v}' for k, v in row.items()), flush=True)
+    if args.doc:
+        import onnxruntime
+        from _bench import markdown_rows, write_doc_section
+
+        command = ' '.join(['python scripts/bench_onnx_forms.py', *(sys.argv[1:] if argv is None else argv)])
+        notes = [
+            '',
+            f'ONNX Runtime {onnxruntime.__version__}, {args.threads} intra-op threads; ms, median of {args.repeats} '
+            'runs per form; shape: (batch, channels, positions[, taps]). Every form is within 1e-4 of the float64 '
+            'specification.',
+        ]
+        doc = write_doc_section(
+            'onnx_forms_' + '_'.join(args.ops), 'ONNX forms of the mixer operators (ONNX Runtime, CPU): ' + ', '.join(
+                args.ops), command, markdown_rows(rows) + notes
+        )  # fmt: skip
+        print(f'wrote {doc}')
     return rows
 
 

@@ -160,8 +160,8 @@ class FourierKernel(BranchKernel):
 
     The transform is computed as a ``(C, 2m) @ (2m, P)`` matmul with a cached basis
     (:func:`fourier_basis`), the same sum as ``irfft`` restricted to the ``m`` nonzero modes: for the
-    few modes and long, often prime, lengths of MRConv (m = 37, P up to 6271) it was 3-5x faster than
-    ``irfft`` plus ``roll``, forward and backward (``scripts/bench_mrconv.py --fourier``, 2 threads).
+    few modes and long, often prime, lengths of MRConv it was faster than ``irfft`` plus ``roll``, forward and
+    backward (``python scripts/bench_mrconv.py --fourier --doc``, docs/benchmarks.md).
     """
 
     def __init__(self, dim: int, reach: int, num_modes: int, causal: bool = False) -> None:

@@ -35,8 +35,8 @@ Inference
     ``deploy=True`` builds that form directly; a branched layer that receives a deployed state dict
     converts itself before loading, and a deployed layer that receives a branched one builds, loads and
     folds the branches. Nothing derived from the kernel is kept between calls: every forward uses the
-    kernel's current values (``scripts/bench_cache.py`` at commit 9d17405 measured a cache of the adapted
-    kernel and its spectrum: kept / recomputed 0.90-0.97 at batch 1 and 128, i.e. worth nothing).
+    kernel's current values (a cache of the adapted kernel and its spectrum saved next to nothing on the CPU:
+    ``docs/resolution/bench_cache.txt``, from a script since removed).
 """
 
 import math
@@ -428,15 +428,15 @@ class MRConv2d(MRConv1d):
     ``nominal_size`` so a checkpoint says which grid its kernels belong to.
 
     Other input sizes: a flattened lag means a 2-D offset that depends on the width. ``lag_remap`` chooses what the
-    layer computes on an ``H' x W'`` map (the rules are in :mod:`mrconvnext.ops.lag_remap`):
+    layer computes on an ``H' x W'`` map (the rules are in :mod:`mrconvnext.ops.long_conv.lag_remap`):
 
     - ``'split'`` (default): each lag's two 2-D readings written back at the new width, weighted by the fraction of
-      the nominal columns each applied to (:func:`~mrconvnext.ops.lag_remap.remap_lags`). Used whenever ``W' != W``;
+      the nominal columns each applied to (:func:`~mrconvnext.ops.long_conv.lag_remap.remap_lags`). Used whenever ``W' != W``;
       costs nothing measurable. Close to the 2-D convolution below, not equal to it: an off-centre tap's weight is
       split between its row and its wrapped reading.
     - ``'conv2d'``: exactly the 2-D convolution that the layer is at its nominal size, with the
       ``(2H - 1) x (2W - 1)`` kernel ``K2[dy, dx] = k[zero_lag + dy * W + dx]``, zero-padded, on the new map
-      (:func:`~mrconvnext.ops.lag_remap.conv2d_lags` on a map with ``min(W, W') - 1`` zero columns appended). Used
+      (:func:`~mrconvnext.ops.long_conv.lag_remap.conv2d_lags` on a map with ``min(W, W') - 1`` zero columns appended). Used
       whenever ``W' != W`` or ``H' > H``. Every tap keeps both readings at full weight, so a reading that at the
       nominal size only wrapped around the first or last column reaches interior pixels of a wider map. Convolves a
       longer sequence, ``H' * (W' + min(W, W') - 1)``.

@@ -96,33 +96,27 @@ TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
 LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 
-# Direct convolution wins on the CPU for kernels of at most ~64 taps (at L=3136: 0.24x the FFT's time at 7 taps,
-# 0.63x at 63, 1.28x at 127); measured with ``scripts/bench_mrconv.py --crossover``.
+# The direct convolution's reach: up to here it beat the FFT on the CPU at ConvNeXt-T's stage lengths, beyond it lost
+# (`python scripts/bench_mrconv.py --crossover --doc`, docs/benchmarks.md).
 DIRECT_MAX_TAPS = 64
 
 # The matmul methods' crossover (the explicit 'matmul' choice of tools.common.set_mixer_method): the Toeplitz
 # product (identity 3, L multiply-adds per element, one GEMM) up to this length, the row DFT (identity 2, about
 # 4 (P + Q) ~ 8 sqrt(L) per element in three GEMMs and two intermediates) beyond.
 TOEPLITZ_MAX_LENGTH = 256
-# What 'auto' runs for half-precision CUDA convolutions, measured on an H200 (docs/gpu/h200_2026-11-26b: bf16
-# autocast, channels-last, mrconvnext_t, ms per step):
+# What 'auto' runs for half-precision CUDA convolutions, chosen on an H200 by `scripts/gpu_profile.py` (bf16
+# autocast, channels-last, mrconvnext_t; every choice's step times are in docs/gpu/h200_2026-11-26b/README.md):
 # - eager forward without a backward: torch.fft (cuFFT, float32), but the Toeplitz product for sequences up to
-#   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH. The deployed model's eval at batch 128 took 34.2
-#   on the matmul methods (row DFT beyond 256), 26.2 on torch.fft, 24.3 with Toeplitz up to 256 and torch.fft
-#   beyond; at batch 32, 12.8 on torch.fft and 13.5 with Toeplitz; at 8, 11.3 and 22.6; at 1, 14.6 and 26.2
-#   (the Toeplitz path's host time, which a small batch does not hide);
-# - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses: the compiled
-#   deployed eval at batch 128 ran at 0.84x convnext_tiny on them (the day before), 0.76x with this rule (row DFT
-#   at stages 1-2) and 0.60x with torch.fft at stages 1-2;
-# - with a backward: torch.fft. The branched training step (BatchNorm fold) took 1141 on the matmul methods and
-#   388-433 on torch.fft, 384 with this rule (the fold's inner convolutions run without autograd and follow the
-#   forward rule); combine='scale' 162 (matmul), 95 (Toeplitz up to 256), 82 (torch.fft), 96 with this rule.
-# The crossover lies between the batches measured: at 32 torch.fft was faster, at 128 Toeplitz (64 not measured).
+#   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH (at small batches the Toeplitz path's host time
+#   is not hidden);
+# - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses;
+# - with a backward: torch.fft (the fold's inner convolutions run without autograd and follow the forward rule).
+# The batch crossover lies between the batches measured (32: torch.fft faster; 128: Toeplitz; 64 not measured).
 # Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64
-# The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --ops
-# long_conv`: at L = 196 the row DFT ('onnx' layout) takes 0.5-0.75x Toeplitz's time at batch 1 and 1.15-1.3x at
-# batch 8 (one graph serves every batch: latency wins); at L = 49 Toeplitz is 4-10x faster.
+# The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`
+# (docs/benchmarks.md): at L = 196 the row DFT wins at batch 1 and loses at batch 8 (one graph serves every batch:
+# latency decides); at L = 49 Toeplitz wins at both.
 ONNX_TOEPLITZ_MAX_LENGTH = 100
 
 # ----------------------------------------------------------------------------------------------- warnings

@@ -154,7 +154,7 @@ def test_fx_feature_extraction(name):
     assert [f.shape[1] for f in feats] == [40, 80, 160, 320]
 
 
-# torch 2.14 deprecates TorchScript and warns on every torch.jit.script call (README.md says so); this one warning is
+# torch 2.14 deprecates TorchScript and warns on every torch.jit.script call (docs/deployment.md says so); this one warning is
 # upstream's, any other warning still shows
 @pytest.mark.filterwarnings('ignore:`torch.jit.script` is deprecated:FutureWarning')
 @pytest.mark.parametrize('name', FAMILIES)

@@ -16,10 +16,9 @@ cropped before any work is done.
 Shared filters: a kernel of ``M`` filters for ``C = G M`` channels, ``(M, K)`` / ``(N, M, K)``, gives channel
 ``g M + m`` filter ``m`` (MRConv's reduced-dimension convolutions). On the matmul methods the ``G`` groups join the
 batch, ``(B G, M, L)``, so each filter's Toeplitz matrix (or blocks) is made once and multiplied with ``B G``
-columns: the channels become a GEMM dimension (forward + backward in 0.33-0.43x the time of the expanded filters
-at ConvNeXt-T's stages 3-4 with G = 4, ``scripts/bench_mrconv.py --shared``, CPU, two runs). The FFT and direct
-methods take the filters expanded to the channels: their per-filter work is small, and the groups-as-batch layout
-costs a transpose of the output (it measured 1.03-1.24x slower at stages 1-2). The gradient of a shared filter is
+columns: the channels become a GEMM dimension. The FFT and direct methods take the filters expanded to the
+channels: their per-filter work is small, and the groups-as-batch layout costs a transpose of the output. Both
+choices: ``python scripts/bench_mrconv.py --shared --groups 4 --doc`` (docs/benchmarks.md). The gradient of a shared filter is
 summed over its channels.
 
 Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.engines.long_conv_choice`)

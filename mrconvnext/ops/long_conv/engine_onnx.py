@@ -6,7 +6,8 @@ computes it, in a channels-first layout: CPU runtimes transpose slowly where a c
 the CUDA layout's transposes move runs of ``B`` (the batch, innermost for the block product) or ``C`` values. Here
 every transpose moves runs of a row (``P`` or ``Q`` values) or swaps a map's last two axes, and the block product
 takes the batch as its ``M`` dimension. The Toeplitz method keeps :func:`.engine_torch.toeplitz_conv`'s layout,
-which measured faster in ONNX Runtime than a channels-first one.
+which measured faster in ONNX Runtime than a channels-first one (``python scripts/bench_onnx_forms.py --ops long_conv
+--doc`` times the forms).
 """
 
 from __future__ import annotations

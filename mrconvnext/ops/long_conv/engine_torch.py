@@ -34,17 +34,16 @@ __all__ = [
     'rowdft_conv_vjp',
 ]
 
-# On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path
-# whose time grows with K: at B=16, C=96, L=3136, K=31 it took 33-67 ms vs 18-35 ms for an
-# explicit F.pad + unpadded conv (K=63: 128 vs 20 ms, 1 thread). For K <= 13 the built-in
-# padding was 10-20% faster (it skips the padded copy); K=15 measured either way.
+# On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path whose time grows with K,
+# slower than F.pad + an unpadded conv beyond about 15 taps; for short kernels the two tie or the built-in padding
+# wins (it skips the padded copy). The largest padding left to conv1d: `python scripts/bench_mrconv.py --pad
+# --threads 1 --doc` (docs/benchmarks.md).
 CPU_NATIVE_PAD_MAX = 6
 
 
 # Elements (sequences x FFT size) per chunk, so that a chunk's padded input, spectra and output stay in cache;
-# whole-tensor transforms and products are memory-bound. Measured on the ConvNeXt-T stages (B=16, 2 threads):
-# 2^20 was within a few % of the best of 2^15..2^24 at every stage for inference and training, 2^15 was 2-5x
-# slower (per-call overhead) and 2^24 up to 2x slower (memory traffic).
+# whole-tensor transforms and products are memory-bound, small chunks pay per-call overhead. Chosen on the ConvNeXt-T
+# stages, inference and training: `python scripts/bench_mrconv.py --chunks --doc` (docs/benchmarks.md).
 CHUNK_ELEMS = 1 << 20
 
 

@@ -47,9 +47,9 @@ __all__ = [
     'folded_bn_conv_backward_op',
 ]
 
-# Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes. Counted on
-# fake CUDA for mrconvnext_t's training step at batch 128 (scripts/gpu_cost.py): 2^24 -> 2^25 cuts its launches from
-# 18.5k to 12.9k and its bytes by 10 % for 231 MiB more peak memory (8584 -> 8815 MiB); 2^26 would take 9409 MiB.
+# Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes. Chosen by
+# counting mrconvnext_t's training step at batch 128 on fake CUDA at 2^24, 2^25 and 2^26 (`python scripts/gpu_cost.py
+# --model mrconvnext_t --train`): 2^25 cuts launches and bytes for a little more peak memory; 2^26 adds memory.
 CHUNK_ELEMS = 1 << 25
 
 

@@ -19,10 +19,9 @@ __all__ = ['fft_size', 'fft_length', 'crop_kernel', 'circular_kernel', 'kernel_s
 def fft_size(n: int) -> int:
     """Smallest 7-smooth integer (2^a 3^b 5^c 7^d) that is ``>= n``.
 
-    pocketfft (CPU) and cuFFT both have native radix-2/3/5/7 codelets. On this project's CPU
-    benchmark (``scripts/bench_mrconv.py --fft-sizes``) the next 7-smooth size beat the next
-    power of two by 20-35% at the ConvNeXt stage lengths, and sizes with a larger prime factor
-    were up to 5x slower.
+    pocketfft (CPU) and cuFFT both have native radix-2/3/5/7 codelets. On the CPU the next 7-smooth
+    size beat the next power of two at the ConvNeXt stage lengths, and sizes with a larger prime
+    factor were slower (``python scripts/bench_mrconv.py --fft-sizes --doc``, docs/benchmarks.md).
     """
     if n < 1:
         raise ValueError(f'fft_size expects a positive length, got {n}')
