@@ -4,7 +4,7 @@ Importing the package registers its models with timm (``timm.create_model('mrcon
 """
 
 from . import layers, models, ops
-from .models import load_convnext_weights
+from .models import load_convnext_weights, set_engine
 
 __version__ = '0.1.0'
-__all__ = ['layers', 'models', 'ops', 'load_convnext_weights', '__version__']
+__all__ = ['layers', 'models', 'ops', 'load_convnext_weights', 'set_engine', '__version__']

@@ -32,7 +32,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from mrconvnext.ops import engines, long_conv1d  # noqa: E402
+from mrconvnext.ops import long_conv1d  # noqa: E402
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch  # noqa: E402
 from mrconvnext.ops.long_conv.engine_torch import fft_forward  # noqa: E402
 from mrconvnext.ops.long_conv.layout import kernel_spectrum  # noqa: E402
 
@@ -65,7 +66,7 @@ def _case(engine: str, C: int, H: int, device: str):
 
         return run
     # 'matmul': the matrix-product method for the length (what torch.compile takes at large batches)
-    method, eng = ('fft', 'torch') if engine == 'fft' else (engines.matmul_method(L), 'auto')
+    method, eng = ('fft', 'torch') if engine == 'fft' else (long_conv_dispatch.matmul_method(L), 'auto')
 
     def run(x):
         B = x.shape[0]
@@ -117,7 +118,7 @@ def accounting(batch: int) -> list[dict]:
                 nbytes = _count('fft-body', C, H, batch)[0]
             if engine == 'matmul':
                 L = H * H
-                method = engines.matmul_method(L)
+                method = long_conv_dispatch.matmul_method(L)
             rows.append(
                 dict(
                     stage=f'{C}x{H}x{H}', engine=engine, method=method, bytes_per_elem=nbytes / elems,
@@ -135,7 +136,7 @@ def precision(batch: int = 1) -> list[dict]:
         x = torch.randn(batch, C, H, H, dtype=torch.float64).to(memory_format=torch.channels_last).flatten(2)
         k = torch.randn(C, 2 * L - 1, dtype=torch.float64) / (2 * L) ** 0.5
         ref = long_conv1d(x, k, zero_lag=L - 1, method='direct')
-        for method in engines.MATMUL_METHODS:
+        for method in long_conv_dispatch.MATMUL_METHODS:
             if method == 'toeplitz' and L > 1000:
                 continue
             errs = {}

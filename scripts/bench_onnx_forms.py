@@ -7,7 +7,7 @@ Each form is a plain PyTorch function of the package (the engines ``'auto'`` pic
 the alternatives they were chosen against), exported alone with ``torch.onnx.export(..., dynamo=True)`` and timed
 in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs after three warm-up runs). The shapes are
 ConvNeXt-atto's and -T's stages (channels, map). The maximum error against the float64 specification, relative to
-the largest output, is checked (< 1e-4). This is what chose ``engines.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
+the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
 DynamicConv forms. ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 

@@ -91,16 +91,16 @@ def set_method(model, method: str) -> None:
     if method == 'auto':
         return
     if method != 'mixed':  # the package's own setter ('matmul' included)
-        from mrconvnext.tools.common import set_mixer_method
+        from mrconvnext.models import set_engine
 
-        set_mixer_method(model, method)
+        set_engine(model, method=method, engine='auto')
         return
     from mrconvnext.layers import MRConv1d
-    from mrconvnext.ops import engines
+    from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 
     for m in model.modules():
         if isinstance(m, MRConv1d):
-            m.method = 'fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz'
+            m.method = 'fft' if m.seq_len > long_conv_dispatch.TOEPLITZ_MAX_LENGTH else 'toeplitz'
             m.engine = 'auto'
 
 

@@ -3,6 +3,7 @@
 from .kernel_params import DenseKernel, DilatedKernel, FourierKernel, FourierSparseKernel, SparseKernel
 from .light_conv import DynamicConv1d, DynamicConv2d, LightConv1d, LightConv2d
 from .mrconv import COMBINE_MODES, KERNEL_TYPES, LAG_REMAP_RULES, MRConv1d, MRConv2d, num_branches
+from .sync_bn import DistBatchNorm, convert_sync_batchnorm
 from .talk import TaLKConv1d, TaLKConv2d, TaLKConvFlat2d
 
 __all__ = [
@@ -24,4 +25,6 @@ __all__ = [
     'LightConv2d',
     'DynamicConv1d',
     'DynamicConv2d',
+    'DistBatchNorm',
+    'convert_sync_batchnorm',
 ]

@@ -27,10 +27,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-from ..ops import engines
-from ..ops.checks import autocast_dtype, check_choice, check_int, check_size2
-from ..ops.light_conv import dynamic_conv1d, dynamic_softmax_conv1d, light_conv1d
-from .checks import check_mixer_input
+from ..ops.checks import check_choice, check_int, check_size2
+from ..ops.light_conv import dispatch as light_conv_dispatch
+from ..ops.light_conv import light_conv1d
+from ..ops.light_conv.api import dynamic_conv_kernel, dynamic_conv_logits, dynamic_mix
+from .checks import check_mixer_input, set_engine_of
 from .torchscript import ScriptedInPython, python_forward
 
 __all__ = ['LightConv1d', 'DynamicConv1d', 'LightConv2d', 'DynamicConv2d']
@@ -84,15 +85,19 @@ class _HeadConv1d(ScriptedInPython):
 class LightConv1d(_HeadConv1d):
     """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads.
 
-    ``engine`` (:func:`~mrconvnext.ops.engines.light_conv_engine`): ``'auto'`` / ``'torch'`` (one grouped conv) or
+    ``engine`` (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`): ``'auto'`` / ``'torch'`` (one grouped conv) or
     ``'triton'`` (DynamicConv's channels-last kernels with shared weights; opt-in until measured faster on a GPU).
     """
 
     def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
-        self.engine = check_choice(type(self).__name__, 'engine', engine, engines.LIGHT_CONV_ENGINES)
+        self.engine = check_choice(type(self).__name__, 'engine', engine, light_conv_dispatch.LIGHT_CONV_ENGINES)
         self.weight = nn.Parameter(torch.empty(num_heads, kernel_size))
         self.reset_parameters()
+
+    def set_engine(self, method: str | None = None, engine: str | None = None) -> None:
+        """Choose the implementation (``engine``, as the constructor's keyword; None: keep); one method."""
+        set_engine_of(self, light_conv_dispatch.LIGHT_CONV_ENGINES, method, engine)
 
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.weight)
@@ -114,7 +119,7 @@ class LightConv1d(_HeadConv1d):
 class DynamicConv1d(_HeadConv1d):
     """DynamicConv on ``(B, C, L) -> (B, C, L)``: a softmax-normalized kernel per position and head.
 
-    ``engine`` (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'auto'`` (Triton on CUDA, else PyTorch; the
+    ``engine`` (:func:`~mrconvnext.ops.light_conv.dispatch.dynamic_conv_engine`): ``'auto'`` (Triton on CUDA, else PyTorch; the
     ONNX form under ``torch.onnx.export``), ``'torch'``, ``'triton'`` or ``'onnx'``. The Triton engine takes the logits from one GEMM on the ``(B*L, C)`` view of x
     (:meth:`logits`) and fuses softmax, DropConnect and taps (:func:`~mrconvnext.ops.dynamic_softmax_conv1d`): the
     output is then channels-last, like a channels-last input, with no copy of x (under autocast, one cast to its
@@ -133,8 +138,12 @@ class DynamicConv1d(_HeadConv1d):
         **options,
     ) -> None:
         super().__init__(dim, kernel_size, num_heads, **options)
-        self.engine = check_choice(type(self).__name__, 'engine', engine, engines.DYNAMIC_CONV_ENGINES)
+        self.engine = check_choice(type(self).__name__, 'engine', engine, light_conv_dispatch.DYNAMIC_CONV_ENGINES)
         self.weight_linear = nn.Linear(dim, num_heads * kernel_size, bias=predictor_bias)
+
+    def set_engine(self, method: str | None = None, engine: str | None = None) -> None:
+        """Choose the implementation (``engine``, as the constructor's keyword; None: keep); one method."""
+        set_engine_of(self, light_conv_dispatch.DYNAMIC_CONV_ENGINES, method, engine)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
@@ -154,40 +163,18 @@ class DynamicConv1d(_HeadConv1d):
         return self.weight_linear.bias is not None
 
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-position kernels ``(B, H, L, K)`` for ``x`` of shape ``(B, C, L)``.
-
-        Returned as a transposed view of a contiguous ``(B, H, K, L)`` tensor, the layout the op
-        consumes without a copy (the linear map is applied as ``W @ x``, no transpose of x).
-        """
-        B, _, L = x.shape
+        """Per-position kernels ``(B, H, L, K)`` for ``x (B, C, L)`` (:func:`~mrconvnext.ops.light_conv.api.dynamic_conv_kernel`)."""
         lin = self.weight_linear
-        logits = torch.matmul(lin.weight, x)  # (B, H*K, L)
-        if lin.bias is not None:
-            logits = logits + lin.bias[:, None]
-        w = torch.softmax(logits.view(B, self.num_heads, self.kernel_size, L), dim=2)
-        w = F.dropout(w, self.weight_dropout, self.training)
-        return w.transpose(2, 3)
+        return dynamic_conv_kernel(x, lin.weight, lin.bias, self.num_heads, self.weight_dropout, self.training)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Kernel logits ``(B, L, H, K)`` (contiguous) for ``x (B, C, L)``: one GEMM on the ``(B*L, C)`` view."""
-        lin = self.weight_linear
-        return F.linear(x.transpose(1, 2), lin.weight, lin.bias).unflatten(-1, (self.num_heads, self.kernel_size))
+        """Kernel logits ``(B, L, H, K)`` for ``x (B, C, L)`` (:func:`~mrconvnext.ops.light_conv.api.dynamic_conv_logits`)."""
+        return dynamic_conv_logits(x, self.weight_linear.weight, self.weight_linear.bias, self.num_heads)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        resolved = engines.dynamic_conv_engine_constant(x.device.type, self.engine)
-        if resolved != 'triton':
-            return dynamic_conv1d(x, self.kernel(x), self.bias, causal=self.causal, engine=resolved)
-        # under autocast, x is cast once (as the logits' GEMM would) and the kernel reads and writes that dtype
-        cast = autocast_dtype(x.device.type)
-        if cast is not None and x.dtype == torch.float32:
-            x = x.to(cast)
-        logits = self.logits(x)
-        drop = None
-        if self.training and self.weight_dropout > 0:
-            keep = 1.0 - self.weight_dropout
-            dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-            drop = torch.empty(logits.shape, dtype=dtype, device=x.device).bernoulli_(keep).div_(keep)
-        return dynamic_softmax_conv1d(x, logits, self.bias, causal=self.causal, dropconnect=drop, engine='triton')
+        lin = self.weight_linear
+        return dynamic_mix(x, lin.weight, lin.bias, self.num_heads, self.bias, causal=self.causal,
+                           weight_dropout=self.weight_dropout, training=self.training, engine=self.engine)  # fmt: skip
 
 
 class _RowMajor2d:

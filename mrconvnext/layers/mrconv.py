@@ -49,6 +49,7 @@ from timm.layers import register_notrace_module
 from ..ops import engines
 from ..ops.checks import check_choice, check_int, check_size2
 from ..ops.long_conv import conv2d_lags, conv2d_padding, long_conv1d, remap_lags
+from ..ops.long_conv import dispatch as long_conv_dispatch
 from ..ops.symbolic import known_true, static_size
 from . import branch_norm
 from .checks import check_mixer_input
@@ -198,8 +199,8 @@ class MRConv1d(ScriptedInPython):
         cls = type(self).__name__
         if backend is not None:
             method, engine = engines.from_backend(cls, 'long_conv', backend, method, engine)
-        self.method = check_choice(cls, 'method', method, engines.LONG_CONV_METHODS)
-        self.engine = check_choice(cls, 'engine', engine, engines.LONG_CONV_ENGINES)
+        self.method = check_choice(cls, 'method', method, long_conv_dispatch.LONG_CONV_METHODS)
+        self.engine = check_choice(cls, 'engine', engine, long_conv_dispatch.LONG_CONV_ENGINES)
         dim, seq_len, max_branches = (check_int(cls, n, v) for n, v in zip(_SIZES, (dim, seq_len, max_branches)))
         if kernel_size is None:
             kernel_size = math.ceil(seq_len / 2 ** (max_branches - 1))
@@ -228,6 +229,18 @@ class MRConv1d(ScriptedInPython):
             self._make_deployed()
         else:
             self._make_branched(seed)
+
+    def set_engine(self, method: str | None = None, engine: str | None = None) -> None:
+        """Choose the algorithm (``method``) and / or the implementation (``engine``) of this layer's convolutions,
+        as the constructor's keywords do (None: keep). ``method='matmul'``: the matrix-product method for the
+        layer's length (:func:`~mrconvnext.ops.long_conv.dispatch.matmul_method`)."""
+        cls = type(self).__name__
+        if method is not None:
+            if method == 'matmul':
+                method = long_conv_dispatch.matmul_method(self.seq_len)
+            self.method = check_choice(cls, 'method', method, long_conv_dispatch.LONG_CONV_METHODS)
+        if engine is not None:
+            self.engine = check_choice(cls, 'engine', engine, long_conv_dispatch.LONG_CONV_ENGINES)
 
     def _make_branched(self, seed: int | None) -> None:
         """Build the training branches and their combination parameters (replacing a deployed kernel and bias, on

@@ -28,7 +28,8 @@ from timm.layers import register_notrace_module
 from ..ops import engines
 from ..ops.checks import autocast_off, check_choice, check_int, check_size2
 from ..ops.talk import MAX_OFFSET, talk1d, talk2d, talk_offsets_dropout
-from .checks import check_mixer_input
+from ..ops.talk import dispatch as talk_dispatch
+from .checks import check_mixer_input, set_engine_of
 from .torchscript import ScriptedInPython, python_forward
 
 __all__ = ['TaLKConv1d', 'TaLKConv2d', 'TaLKConvFlat2d']
@@ -52,7 +53,7 @@ def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, en
         raise ValueError(f'{cls}: offsets_dropout must be in [0, 1], got {offsets_dropout}')
     if backend is not None:
         return engines.from_backend(cls, 'talk', backend, 'auto', engine)[1]
-    return check_choice(cls, 'engine', engine, engines.TALK_ENGINES)
+    return check_choice(cls, 'engine', engine, talk_dispatch.TALK_ENGINES)
 
 
 def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +77,8 @@ def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 class _MaximaInState(ScriptedInPython):
-    """Keeps the maxima named by ``_MAXIMA`` in the buffer ``max_offsets`` and takes them from a loaded state dict."""
+    """The TaLK layers' base: keeps the maxima named by ``_MAXIMA`` in the buffer ``max_offsets``, takes them from a
+    loaded state dict, and sets the engine."""
 
     _MAXIMA: tuple[str, ...] = ()
 
@@ -85,6 +87,10 @@ class _MaximaInState(ScriptedInPython):
 
     def _maxima(self) -> list[int]:
         return [getattr(self, n) for n in self._MAXIMA]
+
+    def set_engine(self, method: str | None = None, engine: str | None = None) -> None:
+        """Choose the implementation (``engine``, as the constructor's keyword; None: keep). TaLK has one method."""
+        set_engine_of(self, talk_dispatch.TALK_ENGINES, method, engine)
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs

@@ -2,7 +2,7 @@
 
 from .checkpoint import read_state_dict
 from .lightconvnext import DynConvNeXt, LightConvNeXt
-from .mixer_convnext import MixerConvNeXt, load_convnext_weights, stage_feature_sizes
+from .mixer_convnext import MixerConvNeXt, load_convnext_weights, set_engine, stage_feature_sizes
 from .mrconvnext import MRConvNeXt, mrconv_kernel_size
 from .talkconvnext import TaLKConvNeXt, TaLKConvNeXt2d
 
@@ -25,6 +25,7 @@ __all__ = [
     'LightConvNeXt',
     'DynConvNeXt',
     'load_convnext_weights',
+    'set_engine',
     'read_state_dict',
     'stage_feature_sizes',
     'mrconv_kernel_size',

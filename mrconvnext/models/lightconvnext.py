@@ -38,8 +38,8 @@ class LightConvNeXt(MixerConvNeXt):
         weight_dropout: DropConnect probability on the normalized kernels (training only).
         causal: causal mixers (default bidirectional).
         engine: the mixers' engine, ``'auto'``, ``'torch'`` or ``'triton'``
-            (:func:`mrconvnext.ops.engines.light_conv_engine`; DynConvNeXt's:
-            :func:`mrconvnext.ops.engines.dynamic_conv_engine`).
+            (:func:`mrconvnext.ops.light_conv.dispatch.light_conv_engine`; DynConvNeXt's:
+            :func:`mrconvnext.ops.light_conv.dispatch.dynamic_conv_engine`).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments.
     """
 
@@ -72,7 +72,7 @@ class LightConvNeXt(MixerConvNeXt):
 
 class DynConvNeXt(LightConvNeXt):
     """ConvNeXt with DynamicConv mixers: the arguments of :class:`LightConvNeXt` (``engine``: 'auto' is Triton on
-    CUDA, :func:`mrconvnext.ops.engines.dynamic_conv_engine`) and ``predictor_bias`` (a bias in the kernel predictor:
+    CUDA, :func:`mrconvnext.ops.light_conv.dispatch.dynamic_conv_engine`) and ``predictor_bias`` (a bias in the kernel predictor:
     off, as in the paper; checkpoints with one still load)."""
 
     mixer_layer = DynamicConv2d

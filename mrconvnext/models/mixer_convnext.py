@@ -31,6 +31,7 @@ from timm.layers import register_notrace_function, trunc_normal_
 from timm.models import PretrainedCfg, build_model_with_cfg, get_pretrained_cfg
 from timm.models.convnext import ConvNeXt
 
+from ..layers import DynamicConv1d, LightConv1d, MRConv1d, TaLKConv1d, TaLKConv2d
 from ..layers.mrconv import read_grid
 from .checkpoint import read_state_dict
 
@@ -42,6 +43,8 @@ __all__ = [
     'stage_feature_sizes',
     'load_convnext_weights',
     'check_image_input',
+    'MIXERS',
+    'set_engine',
 ]
 
 # depths / dims of timm's ConvNeXt sizes (atto..nano use timm's conv-MLP variant, as timm does)
@@ -94,6 +97,20 @@ def _widen_block_input(block: nn.Module, width: int) -> None:
         if new.bias is not None:
             nn.init.zeros_(new.bias)
     block.mlp.fc1 = new
+
+
+MIXERS = (MRConv1d, TaLKConv1d, TaLKConv2d, LightConv1d, DynamicConv1d)
+
+
+def set_engine(model: nn.Module, method: str | None = None, engine: str | None = None) -> int:
+    """Set ``method`` (the algorithm; MRConv only, ``'matmul'``: each mixer's matrix-product method for its length)
+    and / or ``engine`` (the implementation) on every mixer of ``model``, as the models' keywords do at construction
+    (None: keep). ``model``: a model of the package, its ``features_only`` wrapper, or any module holding its mixers.
+    A family with one method raises ``ValueError`` for a ``method``. Returns how many mixers were set."""
+    mixers = [m for m in model.modules() if isinstance(m, MIXERS)]
+    for m in mixers:
+        m.set_engine(method=method, engine=engine)
+    return len(mixers)
 
 
 class MixerConvNeXt(ConvNeXt):
@@ -202,6 +219,10 @@ class MixerConvNeXt(ConvNeXt):
 
     def mixers(self) -> list[nn.Module]:
         return [block.conv_dw for stage in self.stages for block in stage.blocks]
+
+    def set_engine(self, method: str | None = None, engine: str | None = None) -> int:
+        """:func:`set_engine` on this model."""
+        return set_engine(self, method, engine)
 
     def is_deployed(self) -> bool:
         return all(getattr(m, 'deployed', False) for m in self.mixers())

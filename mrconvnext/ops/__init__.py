@@ -1,9 +1,10 @@
 """Functional operators: no parameters, no knowledge of models. One package per family (``long_conv``, ``talk``,
-``light_conv``); :mod:`.engines` says what runs where."""
+``light_conv``), each deciding what runs in its ``dispatch`` module; :mod:`.availability` knows what can run here and
+:mod:`.engines` answers what runs where."""
 
-from . import engines
+from . import availability, engines
+from .availability import build_native
 from .decompositions import decompositions
-from .engines import build_native
 from .light_conv import dynamic_conv1d, dynamic_softmax_conv1d, light_conv1d
 from .long_conv import (
     branch_conv_bn_sum,
@@ -20,6 +21,7 @@ from .long_conv import (
 from .talk import MAX_OFFSET, talk1d, talk1d_reference, talk2d, talk2d_reference, talk_offsets_dropout
 
 __all__ = [
+    'availability',
     'engines',
     'build_native',
     'long_conv1d',

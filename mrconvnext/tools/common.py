@@ -31,7 +31,6 @@ __all__ = [
     'read_state_dict',
     'load_weights',
     'model_from_source',
-    'set_mixer_method',
     'write_results',
     'read_results',
     'CHECKPOINT_KEYS',
@@ -225,24 +224,6 @@ def model_from_args(args: argparse.Namespace) -> tuple[nn.Module, dict[str, Any]
         img_size=args.img_size,
         model_kwargs=args.model_kwargs,
     )
-
-
-def set_mixer_method(model: nn.Module, method: str) -> int:
-    """Set the convolution ``method`` of every MRConv mixer of ``model``; ``'matmul'`` gives each mixer the matrix-product
-    method for its length (``engines.matmul_method``: Toeplitz for short maps, row DFT for long ones). Returns how
-    many were set."""
-    from mrconvnext.layers import MRConv1d
-    from mrconvnext.ops import engines
-    from mrconvnext.ops.checks import check_choice
-
-    check_choice('set_mixer_method', 'method', method, (*engines.LONG_CONV_METHODS, 'matmul'))
-    n = 0
-    for m in model.modules():
-        if isinstance(m, MRConv1d):
-            m.method = engines.matmul_method(m.seq_len) if method == 'matmul' else method
-            m.engine = 'auto'
-            n += 1
-    return n
 
 
 def write_results(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> Path:

@@ -56,7 +56,7 @@ def export_onnx(
     """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used.
 
     The call any user makes, ``torch.onnx.export(model, (example,), path, dynamo=True, dynamic_shapes=...)``: while
-    it traces, every mixer's ``'auto'`` resolves to its ONNX form (:func:`mrconvnext.ops.engines.onnx_exporting`), so
+    it traces, every mixer's ``'auto'`` resolves to its ONNX form (:func:`mrconvnext.ops.availability.onnx_exporting`), so
     the graph holds standard ONNX operators only. MRConv mixers become matrix products (Toeplitz for short maps,
     row DFTs and block-Toeplitz products for long ones: ``MatMul``s whose kernel-derived matrices depend on the
     weights alone, which ONNX Runtime folds at load), TaLK prefix sums and gathers, DynamicConv a one-hot

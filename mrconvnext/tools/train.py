@@ -65,13 +65,13 @@ from timm.utils import (
     update_summary,
 )
 
+from ..layers.sync_bn import convert_sync_batchnorm
 from ..models.checkpoint import EMA_KEYS, read_checkpoint, read_state_dict
 from . import common, run_dir
 from .cli_args import train_parser as build_parser
 from .common import evaluate
 from .compat import patch_timm_posterize
 from .run_dir import RunSaver
-from .sync_bn import convert_sync_batchnorm
 
 __all__ = ['main', 'run', 'build_parser', 'kernel_param_groups', 'default_drop_path', 'DROP_PATH']
 

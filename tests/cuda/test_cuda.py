@@ -13,9 +13,9 @@ import torch
 
 import mrconvnext  # noqa: F401  (registers the models)
 from mrconvnext.ops import (
+    availability,
     dynamic_conv1d,
     dynamic_softmax_conv1d,
-    engines,
     light_conv1d,
     long_conv1d,
     talk1d,
@@ -23,7 +23,9 @@ from mrconvnext.ops import (
     talk2d,
     talk2d_reference,
 )
+from mrconvnext.ops.light_conv import dispatch as light_conv_dispatch
 from mrconvnext.ops.light_conv import dynamic_conv1d_unfold
+from mrconvnext.ops.talk import dispatch as talk_dispatch
 from tests.ops.talk.test_api import offsets_off_grid, random_offsets
 from tests.reference import shifted_sum_conv
 
@@ -65,7 +67,7 @@ def grads(fn, inputs: list[torch.Tensor], seed: int = 123):
 
 
 def test_auto_picks_triton_on_cuda():
-    assert engines.talk_engine(DEV, 'auto') == 'triton'
+    assert talk_dispatch.talk_engine(DEV, 'auto') == 'triton'
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
@@ -220,7 +222,7 @@ def test_dynamic_softmax_conv_triton(dtype, tol, drop):
     """The Triton DynamicConv (engine='auto' on CUDA) at a stage-1 shape, channels-last x, against the float64 PyTorch
     engine on the CPU (itself checked against naive loops): y, dx, dlogits. bf16 is checked here only (Triton's
     interpreter gets bf16 dot products wrong, and these kernels are where that would show)."""
-    assert engines.dynamic_conv_engine(DEV, 'auto') == 'triton'
+    assert light_conv_dispatch.dynamic_conv_engine(DEV, 'auto') == 'triton'
     B, C, H, L, K = 2, 96, 6, 3136, 7
     x = torch.randn(B, L, C).transpose(1, 2)
     logits = torch.randn(B, L, H, K) * 2
@@ -272,7 +274,7 @@ def test_dynamic_conv_triton_opcheck():
 
 
 def test_flashfftconv_adapter():
-    if engines.flashfft_module() is None:
+    if availability.flashfft_module() is None:
         pytest.skip('flashfftconv is not installed (optional engine)')
     B, C, L, K, zero_lag = 2, 8, 3136, 6271, 3135
     x, kernel = torch.randn(B, C, L), torch.randn(C, K) / K**0.5

@@ -12,15 +12,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mrconvnext.layers import MRConv1d
-from mrconvnext.ops import engines, long_conv1d, talk1d, talk2d
+from mrconvnext.ops import availability, long_conv1d, talk1d, talk2d
 from mrconvnext.ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported
 from tests.reference import shifted_sum_conv
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
 FUZZ_SLOW = settings(FUZZ, max_examples=25)
 HAVE_FUSED = branch_conv_bn_sum_supported(torch.zeros(1, 1, 1))
-HAVE_NATIVE_TALK = engines.load_native(engines.TALK_EXT) is not None
-FFT_ENGINES = ['native', 'torch'] if engines.load_native(engines.FFTCONV_EXT) is not None else ['torch']
+HAVE_NATIVE_TALK = availability.load_native(availability.TALK_EXT) is not None
+FFT_ENGINES = ['native', 'torch'] if availability.load_native(availability.FFTCONV_EXT) is not None else ['torch']
 
 
 def _layout(x, layout):

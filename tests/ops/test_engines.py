@@ -8,8 +8,12 @@ import warnings
 import pytest
 import torch
 
-from mrconvnext.ops import engines
+from mrconvnext.engines import report as cli_report  # the CLI module prints it
+from mrconvnext.ops import availability, engines
+from mrconvnext.ops.light_conv import dispatch as light_conv_dispatch
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from mrconvnext.ops.native_build import cxx_compiler
+from mrconvnext.ops.talk import dispatch as talk_dispatch
 from tests.limits import HANG_LIMIT_S
 
 NATIVE = torch.backends.mkl.is_available() and cxx_compiler() is not None
@@ -24,7 +28,7 @@ def fresh():
 
 
 def test_long_convolutions_choose_by_taps_device_and_dtype():
-    auto = engines.DIRECT_MAX_TAPS
+    auto = long_conv_dispatch.DIRECT_MAX_TAPS
     assert engines.resolve('long_conv1d', 'cpu', taps=auto) == ('direct', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', taps=auto + 1) == ('fft', 'native' if NATIVE else 'torch')
     assert engines.resolve('long_conv1d', 'cuda', taps=3136) == ('fft', 'torch')  # cuFFT through torch.fft
@@ -47,7 +51,7 @@ def test_talk_and_dynamic_conv():
         assert engines.resolve('talk1d', 'cpu') == ('-', expected_cpu)
         assert engines.resolve('talk2d', 'cpu', engine='reference') == ('-', 'reference')
     assert engines.resolve('talk1d', 'meta') == ('-', 'torch')
-    cuda_triton = 'triton' if engines.triton_unavailable('cuda') is None else 'torch'
+    cuda_triton = 'triton' if availability.triton_unavailable('cuda') is None else 'torch'
     assert engines.resolve('dynamic_conv1d', 'cuda') == ('-', cuda_triton)
     assert engines.resolve('dynamic_conv1d', 'cpu') == ('-', 'torch')
     with pytest.raises(RuntimeError, match='native TaLK kernels unavailable for cuda'):
@@ -64,7 +68,7 @@ def test_talk_and_dynamic_conv():
             lambda: engines.resolve('dynamic_conv1d', 'cpu', engine='cuda'),
             r"engine must be one of \('auto', 'torch', 'tr",
         ),
-        (lambda: engines.build_native('mrconvnext_nope'), r"unknown native extension 'mrconvnext_nope'"),
+        (lambda: availability.build_native('mrconvnext_nope'), r"unknown native extension 'mrconvnext_nope'"),
     ],
 )
 def test_bad_choices_are_clear_errors(call, match):
@@ -74,16 +78,18 @@ def test_bad_choices_are_clear_errors(call, match):
 
 def test_disabled_native_kernels_fall_back_with_one_warning(monkeypatch, fresh):
     monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
-    assert engines.load_native(engines.TALK_EXT) is None and not engines.native_available(engines.FFTCONV_EXT)
+    assert availability.load_native(availability.TALK_EXT) is None and not availability.native_available(
+        availability.FFTCONV_EXT
+    )
     assert engines.resolve('long_conv1d', 'cpu', taps=3136) == ('fft', 'torch')
     assert engines.resolve('branch_conv_bn_sum', 'cpu')[1].startswith('none')
     with pytest.warns(RuntimeWarning, match=r'no native TaLK kernel for cpu tensors \(disabled by MRCONVNEXT_DISABLE'):
-        assert engines.talk_engine('cpu') == 'torch'
+        assert talk_dispatch.talk_engine('cpu') == 'torch'
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        assert engines.talk_engine('cpu') == 'torch'  # warned once only
+        assert talk_dispatch.talk_engine('cpu') == 'torch'  # warned once only
     with pytest.raises(RuntimeError, match='disabled by MRCONVNEXT_DISABLE_NATIVE'):
-        engines.talk_engine('cpu', 'native')
+        talk_dispatch.talk_engine('cpu', 'native')
 
 
 @pytest.mark.parametrize(
@@ -103,11 +109,11 @@ def test_the_old_backend_keyword_maps_to_method_and_engine(family, backend, expe
 
 
 def test_the_report_names_every_operator_and_the_build_state():
-    text = engines.report()
+    text = cli_report()
     long = ('long_conv1d (L=3136, 3136 taps)', 'long_conv1d (L=196, 196 taps)', 'long_conv1d (L=3136, 7 taps)')
     for op in (*long, 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d', 'light_conv1d'):
         assert sum(line.startswith(op) for line in text.splitlines()) == 4, op  # cpu / cuda x float32 / bfloat16
-    assert f'cache:   {engines.build_root()}' in text and engines.TALK_EXT in text
+    assert f'cache:   {availability.build_root()}' in text and availability.TALK_EXT in text
     lines = text.splitlines()
     line = next(x for x in lines if x.startswith('long_conv1d (L=3136, 7 taps)') and ' cpu ' in x)
     assert line.split()[-2:] == ['direct', 'torch']
@@ -131,9 +137,9 @@ def test_build_ahead_of_time_names_the_libraries():
         [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    for ext in (engines.TALK_EXT, engines.FFTCONV_EXT):
+    for ext in (availability.TALK_EXT, availability.FFTCONV_EXT):
         line = next(x for x in out.stdout.splitlines() if x.startswith(f'{ext}: '))
-        assert line.endswith('.so') and str(engines.build_root()) in line
+        assert line.endswith('.so') and str(availability.build_root()) in line
         assert f'{ext}: built ({ext}-' in out.stdout
 
 
@@ -154,20 +160,23 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
         monkeypatch.setattr(_flags, '_is_onnx_exporting', onnx)
         monkeypatch.setattr(torch.compiler, '_is_exporting_flag', exporting)
         return (
-            engines.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'auto'),
-            engines.long_conv_choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
-            engines.long_conv_choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
-            engines.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
-            engines.talk_engine('cpu', 'auto') == 'onnx',
-            engines.dynamic_conv_engine('cpu', 'auto'),
-            engines.dynamic_conv_engine('cpu', 'torch'),
+            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'auto'),
+            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
+            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
+            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
+            talk_dispatch.talk_engine('cpu', 'auto') == 'onnx',
+            light_conv_dispatch.dynamic_conv_engine('cpu', 'auto'),
+            light_conv_dispatch.dynamic_conv_engine('cpu', 'torch'),
         )
 
     onnx = during(True, True)
     assert onnx[:3] == (('rowdft', 'onnx'), ('rowdft', 'onnx'), ('direct', 'torch'))
-    assert engines.long_conv_choice('cpu', torch.float32, 49, 97, 48, 'auto', 'onnx') == ('toeplitz', 'torch')
+    assert long_conv_dispatch.long_conv_choice('cpu', torch.float32, 49, 97, 48, 'auto', 'onnx') == (
+        'toeplitz',
+        'torch',
+    )
     assert onnx[3] == 'fft' and onnx[4] and onnx[5:] == ('onnx', 'torch')
-    choice = engines.long_conv_choice
+    choice = long_conv_dispatch.long_conv_choice
     assert choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'onnx') == ('rowdft', 'onnx')  # asked for
     assert choice('cpu', torch.float32, 3136, 3136, 1567, 'toeplitz', 'onnx') == ('toeplitz', 'torch')
     with pytest.raises(ValueError, match="engine='onnx' runs the matmul and direct methods, got method='fft'"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mrconvnext.ops import engines, native_build
+from mrconvnext.ops import availability, native_build
 from mrconvnext.ops.native_build import cxx_compiler
 from tests.limits import HANG_LIMIT_S
 
@@ -21,19 +21,19 @@ def _copy_sources(src: Path, dst: Path) -> Path:
 def test_cache_key_covers_content_not_location(tmp_path):
     """Two copies of the sources key alike wherever they lie (and whatever else lies beside them); a changed header
     or another extension name keys differently."""
-    talk = engines.native_sources_dir() / 'talk'
+    talk = availability.native_sources_dir() / 'talk'
     a = _copy_sources(talk, tmp_path / 'a' / 'talk')
     b = _copy_sources(talk, tmp_path / 'elsewhere' / 'b')
     (b / 'notes.txt').write_text('not a source')
-    key = native_build.cache_key(engines.TALK_EXT, a)
-    assert native_build.cache_key(engines.TALK_EXT, b) == key
+    key = native_build.cache_key(availability.TALK_EXT, a)
+    assert native_build.cache_key(availability.TALK_EXT, b) == key
     assert native_build.cache_key('other_ext', a) != key
     header = b / 'talk_math.h'
     header.write_text(header.read_text() + '\n// changed\n')
-    assert native_build.cache_key(engines.TALK_EXT, b) != key
+    assert native_build.cache_key(availability.TALK_EXT, b) != key
 
 
-BUILD = 'import sys\nfrom mrconvnext.ops import engines\nprint(engines.build_native(engines.TALK_EXT).__file__)\n'
+BUILD = 'import sys\nfrom mrconvnext.ops import availability\nprint(availability.build_native(availability.TALK_EXT).__file__)\n'
 
 
 @pytest.mark.skipif(cxx_compiler() is None, reason='no C++ compiler')
@@ -41,7 +41,7 @@ def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
     """Two processes start at once on an empty cache, with the same kernel sources at two locations (a checkout and
     an installed wheel, two environments): one builds, saying so on stderr, the other waits for it and loads its
     library. A third process later loads it silently, without a compiler run."""
-    talk = engines.native_sources_dir() / 'talk'
+    talk = availability.native_sources_dir() / 'talk'
     dirs = [_copy_sources(talk, tmp_path / name / 'talk').parent for name in ('checkout', 'site-packages')]
     cache = tmp_path / 'cache'
 

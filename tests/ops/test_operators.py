@@ -5,7 +5,7 @@ Their values are tested against the references in long_conv/test_api.py / long_c
 import pytest
 import torch
 
-from mrconvnext.ops import engines, long_conv1d
+from mrconvnext.ops import availability, long_conv1d
 from mrconvnext.ops.long_conv import branch_conv_bn_sum_supported
 from mrconvnext.ops.long_conv import operators as lc_ops
 from mrconvnext.ops.long_conv.conv_bn_sum import conv_bn_sum_backward_op, conv_bn_sum_op
@@ -141,7 +141,9 @@ def test_decompositions_equal_the_operators():
     """Every entry of the export decomposition table computes its operator's outputs (float64, fresh inputs)."""
     from mrconvnext.ops.decompositions import decompositions
 
-    triton = engines.triton_unavailable('cpu') is None  # the interpreter is on (no GPU): the Triton operators run here
+    triton = (
+        availability.triton_unavailable('cpu') is None
+    )  # the interpreter is on (no GPU): the Triton operators run here
     if triton:
         from mrconvnext.ops.talk import engine_triton  # noqa: F401  (registers the operators)
     table = decompositions()

@@ -23,7 +23,7 @@ import json, sys
 import torch
 import torch.distributed as dist
 from mrconvnext.tools import train
-from mrconvnext.tools.sync_bn import DistBatchNorm
+from mrconvnext.layers.sync_bn import DistBatchNorm
 
 out_dir = sys.argv[1]
 result = train.run(sys.argv[2:])

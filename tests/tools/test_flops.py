@@ -10,7 +10,8 @@ from timm.utils import reparameterize_model
 from torch.utils.flop_counter import FlopCounterMode
 
 from mrconvnext.layers import MRConv2d
-from mrconvnext.tools import common, flops
+from mrconvnext.models import set_engine
+from mrconvnext.tools import flops
 
 
 def smooth7(n: int) -> int:
@@ -33,7 +34,7 @@ def test_deployed_mrconvnext_fft_work_is_the_sum_of_its_layers():
     """Each deployed mixer on a (1, C, H*W) map with a (C, K) kernel: the taps that reach an output, the 7-smooth FFT
     size without wrap-around, C input + C kernel + C inverse transforms, C products and the bias add."""
     model = reparameterize_model(timm.create_model('mrconvnext_atto', img_size=32).eval())
-    assert common.set_mixer_method(model, 'fft') > 0
+    assert set_engine(model, method='fft') > 0
     sizes = {}
     hooks = [
         m.register_forward_pre_hook(lambda mod, args: sizes.__setitem__(mod, args[0].shape[-2:]))

@@ -44,7 +44,7 @@ def test_set_method_sets_every_mixer_and_nofold_lasts_one_row():
     import timm
 
     from mrconvnext.layers import MRConv1d, branch_norm
-    from mrconvnext.ops import engines
+    from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 
     spec = importlib.util.spec_from_file_location('gpu_profile', SCRIPT)
     gpu_profile = importlib.util.module_from_spec(spec)
@@ -55,11 +55,11 @@ def test_set_method_sets_every_mixer_and_nofold_lasts_one_row():
         gpu_profile.set_method(model, 'mixed')
         mixers = [m for m in model.modules() if isinstance(m, MRConv1d)]
         assert mixers and all(
-            m.method == ('fft' if m.seq_len > engines.TOEPLITZ_MAX_LENGTH else 'toeplitz') for m in mixers
+            m.method == ('fft' if m.seq_len > long_conv_dispatch.TOEPLITZ_MAX_LENGTH else 'toeplitz') for m in mixers
         )
         assert {m.method for m in mixers} == {'fft', 'toeplitz'}
         gpu_profile.set_method(model, 'nofold+matmul')
-        assert all(m.method == engines.matmul_method(m.seq_len) for m in mixers)
+        assert all(m.method == long_conv_dispatch.matmul_method(m.seq_len) for m in mixers)
         assert branch_norm.fold_applies is not package_rule
         gpu_profile.set_method(model, 'fft')
         assert all(m.method == 'fft' for m in mixers) and branch_norm.fold_applies is package_rule

@@ -37,16 +37,24 @@ result is returned in ``promote_types(x.dtype, weight.dtype)``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from .. import engines
-from ..checks import autocast_off
+from ..checks import autocast_dtype, autocast_off
 from ..long_conv import long_conv1d
 from ..symbolic import static_size
+from . import dispatch
 from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
 from .engine_onnx import dynamic_conv_onnx
 from .operators import dynamic_conv_op
 
-__all__ = ['light_conv1d', 'dynamic_conv1d', 'dynamic_softmax_conv1d']
+__all__ = [
+    'light_conv1d',
+    'dynamic_conv1d',
+    'dynamic_softmax_conv1d',
+    'dynamic_conv_logits',
+    'dynamic_conv_kernel',
+    'dynamic_mix',
+]
 
 # ----------------------------------------------------------------------------------------------
 # LightConv
@@ -65,7 +73,7 @@ def light_conv1d(
 
     x: ``(B, C, L)``; weight: ``(H, K)``, already normalized; bias: ``(C,)`` or None.
     Returns ``(B, C, L)`` in ``promote_types(x.dtype, weight.dtype)``. Lags as in the module docstring. ``engine``
-    (:func:`~mrconvnext.ops.engines.light_conv_engine`): ``'torch'`` (what ``'auto'`` runs) is one grouped
+    (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`): ``'torch'`` (what ``'auto'`` runs) is one grouped
     ``F.conv1d``, the only expansion that of the ``(H, K)`` weights to ``(C, 1, K)``; ``'triton'`` runs DynamicConv's
     channels-last kernels with the weights shared by every position (:func:`.engine_triton.light_conv_triton`: a
     channels-last map's ``(B, C, H*W)`` view read in place, the result channels-last).
@@ -78,7 +86,7 @@ def light_conv1d(
     if weight.ndim != 2 or weight.shape[0] != num_heads or weight.shape[1] < 1:
         raise ValueError(f'{name} expects weight of shape (num_heads={num_heads}, K >= 1), got {tuple(weight.shape)}')
     check_bias(name, x, bias)
-    if engines.light_conv_engine_constant(x.device.type, engine) == 'triton':
+    if dispatch.light_conv_engine_constant(x.device.type, engine) == 'triton':
         from .engine_triton import light_conv_triton
 
         y = light_conv_triton(x.transpose(1, 2), weight, zero_lag_for(weight.shape[1], causal))
@@ -111,7 +119,7 @@ def dynamic_conv1d(
     Returns ``(B, C, L)``. Lags as in the module docstring.
 
     The training engines never materialize ``(B, C, L, K)`` or ``(B*H, L, L)``. ``engine``
-    (:func:`~mrconvnext.ops.engines.dynamic_conv_engine`): ``'torch'`` accumulates the K taps with shifted views of
+    (:func:`~mrconvnext.ops.light_conv.dispatch.dynamic_conv_engine`): ``'torch'`` accumulates the K taps with shifted views of
     x (peak extra memory ``O(B C L + B H L K)`` in forward and backward; ``weight`` given as a transposed view of a
     contiguous ``(B, H, K, L)`` tensor is used without a copy); ``'triton'`` runs the channels-last kernels of
     :mod:`.engine_triton` (the result then has a channels-last layout, ``x.transpose(1, 2)`` contiguous). Autograd
@@ -133,7 +141,7 @@ def dynamic_conv1d(
     check_heads(name, C, H)
     check_bias(name, x, bias)
 
-    resolved = engines.dynamic_conv_engine_constant(x.device.type, engine)
+    resolved = dispatch.dynamic_conv_engine_constant(x.device.type, engine)
     if resolved == 'triton':
         from .engine_triton import dynamic_conv_triton
 
@@ -193,7 +201,7 @@ def dynamic_softmax_conv1d(
                 f"{name} expects dropconnect multipliers of the logits' shape {tuple(logits.shape)}, "
                 f'got {tuple(dropconnect.shape)}'
             )
-    resolved = engines.dynamic_conv_engine_constant(x.device.type, engine)
+    resolved = dispatch.dynamic_conv_engine_constant(x.device.type, engine)
     if resolved == 'triton':
         from .engine_triton import dynamic_conv_triton
 
@@ -206,3 +214,69 @@ def dynamic_softmax_conv1d(
             w = w * dropconnect.to(acc)
     y = dynamic_conv1d(x, w.transpose(1, 2), bias, causal=causal, engine=resolved)
     return y.to(torch.promote_types(x.dtype, logits.dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# DynamicConv from its input: the kernel predictor, then the convolution
+
+
+def dynamic_conv_logits(
+    x: torch.Tensor, weight: torch.Tensor, predictor_bias: torch.Tensor | None, num_heads: int
+) -> torch.Tensor:
+    """Kernel logits ``(B, L, H, K)`` (contiguous) of the linear predictor ``weight (H K, C)`` (+ ``predictor_bias
+    (H K,)``) at every position of ``x (B, C, L)``: one GEMM on the ``(B*L, C)`` view of x."""
+    return F.linear(x.transpose(1, 2), weight, predictor_bias).unflatten(-1, (num_heads, -1))
+
+
+def dynamic_conv_kernel(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    predictor_bias: torch.Tensor | None,
+    num_heads: int,
+    weight_dropout: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """Per-position kernels ``(B, H, L, K)``: softmax over the taps of the predictor's logits (``W @ x``, no
+    transpose of x), then DropConnect (``F.dropout`` with ``weight_dropout`` while ``training``). A transposed view
+    of a contiguous ``(B, H, K, L)`` tensor, the layout :func:`dynamic_conv1d` reads without a copy."""
+    B, _, L = x.shape
+    logits = torch.matmul(weight, x)  # (B, H*K, L)
+    if predictor_bias is not None:
+        logits = logits + predictor_bias[:, None]
+    w = torch.softmax(logits.view(B, num_heads, -1, L), dim=2)
+    return F.dropout(w, weight_dropout, training).transpose(2, 3)
+
+
+def dynamic_mix(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    predictor_bias: torch.Tensor | None,
+    num_heads: int,
+    bias: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    weight_dropout: float = 0.0,
+    training: bool = False,
+    engine: str = 'auto',
+) -> torch.Tensor:
+    """DynamicConv of ``x (B, C, L)`` with kernels predicted from x itself (``weight (H K, C)``, ``predictor_bias``;
+    see :func:`dynamic_conv_kernel`), plus ``bias (C,)``: what the ``DynamicConv`` layers compute. The engine is
+    resolved once (:func:`.dispatch.dynamic_conv_engine_constant`). On ``'triton'`` the logits come from one GEMM
+    (:func:`dynamic_conv_logits`) and one kernel fuses softmax, DropConnect (float32 multipliers drawn per
+    ``(b, t, h, k)``) and taps (:func:`dynamic_softmax_conv1d`; a channels-last output; under autocast x is cast once,
+    as the logits' GEMM would, and the output has that dtype); elsewhere the kernels are formed and
+    :func:`dynamic_conv1d` runs on the resolved engine."""
+    resolved = dispatch.dynamic_conv_engine_constant(x.device.type, engine)
+    if resolved != 'triton':
+        kernel = dynamic_conv_kernel(x, weight, predictor_bias, num_heads, weight_dropout, training)
+        return dynamic_conv1d(x, kernel, bias, causal=causal, engine=resolved)
+    cast = autocast_dtype(x.device.type)
+    if cast is not None and x.dtype == torch.float32:
+        x = x.to(cast)
+    logits = dynamic_conv_logits(x, weight, predictor_bias, num_heads)
+    drop = None
+    if training and weight_dropout > 0:
+        keep = 1.0 - weight_dropout
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        drop = torch.empty(logits.shape, dtype=dtype, device=x.device).bernoulli_(keep).div_(keep)
+    return dynamic_softmax_conv1d(x, logits, bias, causal=causal, dropconnect=drop, engine='triton')

@@ -1,7 +1,7 @@
 """DynamicConv for ONNX runtimes: the ``'onnx'`` engine, standard ATen ops that export to a handful of ONNX nodes.
 
 What ``engine='auto'`` resolves to while ``torch.onnx.export`` traces a model
-(:func:`mrconvnext.ops.engines.onnx_exporting`). Lags as in :mod:`mrconvnext.ops.light_conv`. A depthwise ``Conv``
+(:func:`mrconvnext.ops.availability.onnx_exporting`). Lags as in :mod:`mrconvnext.ops.light_conv`. A depthwise ``Conv``
 with one-hot taps (a constant bank) writes every tap's input, ``(B, C K, L)``; one ``Mul`` and one ``ReduceSum``
 weigh and add them, where the specification's tap loop (:func:`.operators.dynamic_conv_decomposition`) exports three
 nodes per tap. The unfolded input is the price: ``K`` times the input's size, transient. (A ``Gather`` with an

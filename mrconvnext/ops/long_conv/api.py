@@ -21,7 +21,7 @@ channels: their per-filter work is small, and the groups-as-batch layout costs a
 choices: ``python scripts/bench_mrconv.py --shared --groups 4 --doc`` (docs/benchmarks.md). The gradient of a shared filter is
 summed over its channels.
 
-Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.engines.long_conv_choice`)
+Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops.long_conv.dispatch.long_conv_plan`)
 ----------------------------------------------------------------------------------------------------------
 - ``method='fft'``: real FFTs of a size that guarantees no wrap-around (see :func:`.layout.fft_size`); the
   input spectrum is computed once and shared by all ``N`` kernels. Engines: ``'native'`` (the fused C++ CPU
@@ -33,11 +33,11 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
   ``sqrt(L)`` rows, a small Toeplitz product per channel and frequency, and the inverse row DFT.
 - engine ``'onnx'`` (:mod:`.engine_onnx`): the row DFT in a channels-first layout, what ``'auto'`` runs for long
   maps while ``torch.onnx.export`` traces; it takes the matmul and direct methods, never ``'fft'``.
-- ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.engines.DIRECT_MAX_TAPS` taps; for fp16 / bf16
+- ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.long_conv.dispatch.DIRECT_MAX_TAPS` taps; for fp16 / bf16
   convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, without a backward to come
-  and in batches of at least :data:`~mrconvnext.ops.engines.TOEPLITZ_MIN_BATCH`, the matmul methods (eager: the
-  Toeplitz product up to :data:`~mrconvnext.ops.engines.TOEPLITZ_MAX_LENGTH`; compiled: Toeplitz, else row DFT);
-  else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.engines.TOEPLITZ_MIN_BATCH`'s
+  and in batches of at least :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`, the matmul methods (eager: the
+  Toeplitz product up to :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MAX_LENGTH`; compiled: Toeplitz, else row DFT);
+  else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`'s
   comment).
 
 Precision. The FFT and direct paths compute in float32 (float64 for float64 inputs) also under autocast and for
@@ -57,7 +57,7 @@ import torch
 from .. import engines
 from ..checks import autocast_dtype, autocast_off
 from ..symbolic import sym_min
-from . import engine_flashfft, engine_onnx, engine_torch, operators
+from . import dispatch, engine_flashfft, engine_onnx, engine_torch, operators
 from .checks import check_long_conv
 from .engine_torch import direct_conv1d
 from .layout import crop_kernel
@@ -87,21 +87,29 @@ def _batch_to_groups(t: torch.Tensor, batch: int) -> torch.Tensor:
     return t.unflatten(0, (batch, -1)).transpose(1, 2).reshape(batch, N, -1, L)
 
 
-def _choose(
+def _plan(
     x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str, engine: str, grad: bool
-) -> tuple[str, str, torch.dtype | None, torch.dtype]:
-    """``(method, engine, autocast dtype or None, compute dtype of the FFT and direct paths)`` for a convolution of
-    ``x`` with ``kernel`` (``grad``: a backward to come): the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps them, without a
-    guard on the sizes under torch.compile) go to :func:`mrconvnext.ops.engines.long_conv_choice`."""
+) -> tuple[dispatch.LongConvPlan, torch.dtype | None, torch.dtype]:
+    """``(plan, autocast dtype or None, compute dtype of the FFT and direct paths)`` for a convolution of ``x`` with
+    ``kernel`` (``grad``: a backward to come): the taps that reach the sequence (as :func:`.layout.crop_kernel` keeps
+    them, without a guard on the sizes under torch.compile) go to :func:`.dispatch.long_conv_plan`, once per call."""
     L = x.shape[-1]
     zero = sym_min(zero_lag, L - 1)
     taps = zero + 1 + sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
     amp = autocast_dtype(x.device.type)
-    chosen, resolved = engines.long_conv_choice(
+    plan = dispatch.long_conv_plan(
         x.device.type, amp or x.dtype, L, taps, zero, method, engine, batch=x.shape[0], grad=grad
     )
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
-    return chosen, resolved, amp, compute
+    return plan, amp, compute
+
+
+_MATMUL = {
+    'toeplitz': engine_torch.toeplitz_conv,
+    'rowdft': engine_torch.rowdft_conv,
+    'rowdft_onnx': engine_onnx.rowdft_conv,
+}
+_MATMUL_VJP = {'toeplitz': engine_torch.toeplitz_conv_vjp, 'rowdft': engine_torch.rowdft_conv_vjp}
 
 
 def long_conv1d(
@@ -143,32 +151,41 @@ def long_conv1d(
         )
     check_long_conv(x, kernel, zero_lag, bias, shared=True)
     grad = torch.is_grad_enabled() and (x.requires_grad or kernel.requires_grad)
-    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine, grad)
+    plan, amp, compute = _plan(x, kernel, zero_lag, method, engine, grad)
+    return _run(plan, amp, compute, x, kernel, bias, zero_lag)
+
+
+def _run(
+    plan: dispatch.LongConvPlan,
+    amp: torch.dtype | None,
+    compute: torch.dtype,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    bias: torch.Tensor | None,
+    zero_lag: int,
+) -> torch.Tensor:
+    """:func:`long_conv1d` as ``plan`` says, nothing chosen again."""
     if kernel.shape[-2] != x.shape[1]:  # shared filters (module docstring)
-        if chosen not in engines.MATMUL_METHODS:
+        if plan.method not in dispatch.MATMUL_METHODS:
             kernel = _per_channel(kernel, x.shape[1])
         else:
-            y = long_conv1d(_groups_to_batch(x, kernel.shape[-2]), kernel, zero_lag=zero_lag, method=chosen,
-                            engine=engine)  # fmt: skip
-            y = _batch_to_groups(y, x.shape[0])
+            y = _batch_to_groups(_run(plan, amp, compute, _groups_to_batch(x, kernel.shape[-2]), kernel, None,
+                                      zero_lag), x.shape[0])  # fmt: skip
             return y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)
     L = x.shape[-1]
     out_dtype = x.dtype
-    if chosen in engines.MATMUL_METHODS:
+    if plan.method in dispatch.MATMUL_METHODS:
         # plain products: autocast (if on) runs them in its dtype and the result stays in it
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         stacked = kernel.dim() == 3
         if amp is None:  # products in the input's dtype (float64 if either operand is)
             dtype = torch.float64 if compute == torch.float64 else x.dtype
             x, kernel = x.to(dtype), kernel.to(dtype)
-        conv = engine_torch.toeplitz_conv if chosen == 'toeplitz' else engine_torch.rowdft_conv
-        if resolved == 'onnx':
-            conv = engine_onnx.rowdft_conv
-        y = conv(x, kernel if stacked else kernel.unsqueeze(0), zero_lag)
+        y = _MATMUL[plan.operator](x, kernel if stacked else kernel.unsqueeze(0), zero_lag)
         if bias is not None:
             y = y + bias.to(y.dtype).unsqueeze(-1)
         return y if stacked else y.squeeze(1)
-    if resolved == 'flashfft':
+    if plan.operator == 'flashfft':
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         y = engine_flashfft.conv1d(x, kernel, zero_lag)
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
@@ -176,7 +193,7 @@ def long_conv1d(
     # direct method's conv1d runs with autocast off (autocast would cast it back to half).
     xc = x.to(compute)
     b = None if bias is None else bias.to(compute)
-    if chosen == 'direct':
+    if plan.operator == 'direct':
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         with autocast_off(x.device.type):
             y = direct_conv1d(xc, kernel.to(compute), zero_lag)
@@ -185,8 +202,7 @@ def long_conv1d(
         return y.to(out_dtype)
     stacked = kernel.dim() == 3
     k = kernel.to(compute)
-    # an asked-for 'torch' runs the torch.fft operator on every device; otherwise the per-device operator
-    op = operators.fft_conv_torch if engine == 'torch' else operators.fft_conv
+    op = operators.fft_conv_torch if plan.operator == 'fft_conv_torch' else operators.fft_conv
     y = op(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
 
@@ -206,36 +222,45 @@ def long_conv1d_vjp(
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
     backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel`` (shared filters'
     gradients summed over their channels)."""
-    chosen, resolved, amp, compute = _choose(x, kernel, zero_lag, method, engine, grad=True)
+    plan, amp, compute = _plan(x, kernel, zero_lag, method, engine, grad=True)
+    return _vjp(plan, amp, compute, grad_y, x, kernel, zero_lag)
+
+
+def _vjp(
+    plan: dispatch.LongConvPlan,
+    amp: torch.dtype | None,
+    compute: torch.dtype,
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`long_conv1d_vjp` as ``plan`` says (flashfftconv's plan runs the torch.fft backward)."""
     if kernel.shape[-2] != x.shape[1]:  # shared filters, as long_conv1d takes them
         M = kernel.shape[-2]
-        if chosen not in engines.MATMUL_METHODS:
-            grad_x, grad_k = long_conv1d_vjp(grad_y, x, _per_channel(kernel, x.shape[1]), zero_lag, method=chosen,
-                                             engine=engine)  # fmt: skip
+        if plan.method not in dispatch.MATMUL_METHODS:
+            grad_x, grad_k = _vjp(plan, amp, compute, grad_y, x, _per_channel(kernel, x.shape[1]), zero_lag)
             return grad_x, grad_k.unflatten(-2, (-1, M)).sum(-3)
-        grad_x, grad_k = long_conv1d_vjp(
-            _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag, method=chosen, engine=engine
-        )
+        grad_x, grad_k = _vjp(plan, amp, compute, _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag)
         return _batch_to_groups(grad_x, x.shape[0]), grad_k
     L = x.shape[-1]
     stacked = kernel.dim() == 3
     k = kernel if stacked else kernel.unsqueeze(0)
     g = grad_y if stacked else grad_y.unsqueeze(1)
-    if chosen == 'fft':
-        op = operators.fft_conv_backward if resolved == 'native' else operators.fft_conv_torch_backward
+    if plan.method == 'fft':
+        op = operators.fft_conv_backward if plan.engine == 'native' else operators.fft_conv_torch_backward
         grad_x, grad_k = op(g.to(compute), x.to(compute), k.to(compute), zero_lag, True, True)
         return grad_x.to(x.dtype), (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype)
     # the other methods work on the cropped kernel (as long_conv1d does); its gradient goes back in place
     cropped, z = crop_kernel(k, zero_lag, L)
     lo = zero_lag - z
-    if chosen == 'direct':
+    if plan.method == 'direct':
         with autocast_off(x.device.type):
             grad_x, grad_c = engine_torch.direct_conv1d_vjp(g.to(compute), x.to(compute), cropped.to(compute), z)
     else:
         dtype = amp or (torch.float64 if compute == torch.float64 else x.dtype)
-        vjp = engine_torch.toeplitz_conv_vjp if chosen == 'toeplitz' else engine_torch.rowdft_conv_vjp
         xs = x if amp is not None else x.to(dtype)
-        grad_x, grad_c = vjp(g.to(dtype), xs, cropped.to(dtype), z)
+        grad_x, grad_c = _MATMUL_VJP[plan.method](g.to(dtype), xs, cropped.to(dtype), z)
     grad_k = k.new_zeros(k.shape)
     grad_k[..., lo : lo + cropped.shape[-1]] = grad_c.to(k.dtype)
     return grad_x.to(x.dtype), grad_k if stacked else grad_k.squeeze(0)

@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import engines
+from .. import availability
+from . import dispatch
 from .checks import check_branch_norm
 from .engine_native import fused_rows
 from .layout import circular_kernel, crop_kernel, fft_length
@@ -39,8 +40,8 @@ _STATS_ROWS = 8
 
 def branch_conv_bn_sum_supported(x: torch.Tensor) -> bool:
     """Whether :func:`branch_conv_bn_sum` can run on ``x``: float32 / float64 CPU tensors where the fused
-    kernels build (builds them on first call; :func:`mrconvnext.ops.engines.conv_bn_sum_available`)."""
-    return engines.conv_bn_sum_available(x)
+    kernels build (builds them on first call; :func:`mrconvnext.ops.long_conv.dispatch.conv_bn_sum_available`)."""
+    return dispatch.conv_bn_sum_available(x)
 
 
 @torch.library.custom_op('mrconvnext::branch_conv_bn_sum', mutates_args=(), device_types='cpu')
@@ -58,7 +59,7 @@ def conv_bn_sum_op(
     constant ``ones (N, C, L)`` (see :func:`ones_response`). Returns ``(y, stats, z, k_f)``: ``y`` laid out like x,
     ``stats (N, C, 2)`` float64 [mean, biased var], and for the backward the branch outputs ``z (B, N, C, L)`` and
     the kernel spectra ``k_f``. CPU only (the fused kernels)."""
-    fused = engines.load_native(engines.FFTCONV_EXT)
+    fused = availability.load_native(availability.FFTCONV_EXT)
     B, C, L = x.shape
     N = k_circ.shape[0]
     rows = fused_rows(n)
@@ -104,7 +105,7 @@ def conv_bn_sum_backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_k_circ, grad_weight, grad_bias, grad_alpha)`` of :func:`conv_bn_sum_op` (``grad_x`` / ``grad_k``
     empty when not needed); the BatchNorm backward is folded into the FFT backward's gather."""
-    fused = engines.load_native(engines.FFTCONV_EXT)
+    fused = availability.load_native(availability.FFTCONV_EXT)
     B, C, L = x.shape
     M = B * L
     mean, invstd = stats[..., 0].contiguous(), (stats[..., 1] + eps).rsqrt()

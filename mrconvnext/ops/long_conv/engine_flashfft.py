@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import engines
+from .. import availability
+from . import dispatch
 from .layout import circular_kernel
 
 __all__ = ['conv1d', 'instances']
@@ -30,7 +31,7 @@ def _get(n: int, dtype: torch.dtype, device: torch.device):
     key = (n, dtype, device)
     conv = instances.get(key)
     if conv is None:
-        conv = engines.flashfft_module().FlashFFTConv(n, dtype=dtype)
+        conv = availability.flashfft_module().FlashFFTConv(n, dtype=dtype)
         if hasattr(conv, 'to'):
             conv = conv.to(device)
         instances[key] = conv
@@ -40,9 +41,9 @@ def _get(n: int, dtype: torch.dtype, device: torch.device):
 def conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """``x (B, C, L)`` fp16/bf16, ``kernel (C, K)`` or ``(N, C, K)`` -> ``(B, C, L)`` / ``(B, N, C, L)``.
 
-    Callers check that it runs first; ``long_conv1d`` does (:func:`mrconvnext.ops.engines.long_conv_choice`).
+    Callers check that it runs first; ``long_conv1d`` does (:func:`mrconvnext.ops.long_conv.dispatch.long_conv_choice`).
     """
-    n = engines.flashfft_fft_size(x.shape[-1], kernel.shape[-1], zero_lag)
+    n = dispatch.flashfft_fft_size(x.shape[-1], kernel.shape[-1], zero_lag)
     conv = _get(n, x.dtype, x.device)
     if hasattr(conv, 'train'):
         conv.train(torch.is_grad_enabled())  # it saves tensors for backward only in training mode

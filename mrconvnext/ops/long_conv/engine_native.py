@@ -8,7 +8,7 @@ from types import ModuleType
 
 import torch
 
-from .. import engines
+from .. import availability
 
 __all__ = ['extension', 'fused_rows', 'fft_forward', 'fft_backward']
 
@@ -17,7 +17,7 @@ def extension(x: torch.Tensor) -> ModuleType | None:
     """The fused CPU extension for float32 / float64 CPU tensors where it builds, else None."""
     if x.device.type != 'cpu' or x.dtype not in (torch.float32, torch.float64):
         return None
-    return engines.load_native(engines.FFTCONV_EXT)
+    return availability.load_native(availability.FFTCONV_EXT)
 
 
 # Sequences per task of the fused CPU kernel (kernels/fftconv): at least 32 (batched transforms of a few rows

@@ -1,7 +1,7 @@
 """The row-DFT method for ONNX runtimes: the long convolution's ``'onnx'`` engine (standard ATen ops).
 
 What ``engine='auto'`` runs for long maps while ``torch.onnx.export`` traces a model
-(:func:`mrconvnext.ops.engines.onnx_exporting`). Identity 2 of :mod:`.grid`, as :func:`.engine_torch.rowdft_conv`
+(:func:`mrconvnext.ops.availability.onnx_exporting`). Identity 2 of :mod:`.grid`, as :func:`.engine_torch.rowdft_conv`
 computes it, in a channels-first layout: CPU runtimes transpose slowly where a copy's innermost run is short, and
 the CUDA layout's transposes move runs of ``B`` (the batch, innermost for the block product) or ``C`` values. Here
 every transpose moves runs of a row (``P`` or ``Q`` values) or swaps a map's last two axes, and the block product

@@ -26,8 +26,7 @@ import math
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
-from .. import engines
-from . import conv_bn_sum, fold_bn, operators  # noqa: F401 - defines the operators counted here
+from . import conv_bn_sum, dispatch, fold_bn, operators  # noqa: F401 - defines the operators counted here
 from .grid import row_grid
 from .layout import fft_length
 
@@ -116,13 +115,13 @@ def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engi
     reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
     # the folded operators' convolutions run inside them, where no autograd records; their batch is a chunk of x's,
     # counted here as the whole batch
-    return engines.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad)[0]
+    return dispatch.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad)[0]
 
 
 def _branch_batch(method: str, B: int, C: int, M: int) -> tuple[int, int]:
     """``(batch, channels)`` the branch convolutions of ``M`` shared filters over ``C`` channels run as: the groups as
     batch items on the matmul methods, the filters expanded to the channels otherwise (:mod:`.api`)."""
-    return (B * (C // M), M) if method in engines.MATMUL_METHODS else (B, C)
+    return (B * (C // M), M) if method in dispatch.MATMUL_METHODS else (B, C)
 
 
 def conv_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int) -> float:

@@ -28,7 +28,7 @@ Precision
     Positions, interpolation weights and the prefix table are computed in float32 for float16 / bfloat16 /
     float32 inputs (float64 for float64), with int64 indexing; outputs are in x's dtype.
 
-Engines (``engine=``, resolved by :func:`mrconvnext.ops.engines.talk_engine`): ``'reference'`` (cumsum + gather +
+Engines (``engine=``, resolved by :func:`mrconvnext.ops.talk.dispatch.talk_engine`): ``'reference'`` (cumsum + gather +
 autograd: the specification, :mod:`.reference`), ``'torch'`` (fused PyTorch ops, O(B*C*L) memory,
 :mod:`.engine_torch`), ``'native'`` (the C++ CPU kernel from ``kernels/talk``), ``'triton'`` (:mod:`.engine_triton`:
 CUDA tensors, or CPU tensors under ``TRITON_INTERPRET=1``), ``'onnx'`` (:mod:`.engine_onnx`: standard ops for ONNX
@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 
 from .. import engines
-from . import operators
+from . import dispatch, operators
 from .checks import check_inputs, check_maxima
 from .engine_onnx import talk1d_onnx, talk2d_onnx
 from .reference import talk1d_reference, talk2d_reference
@@ -55,7 +55,7 @@ def _engine(x: torch.Tensor, engine: str, backend: str | None) -> tuple[str, str
     while ``'auto'`` and ``'native'`` call the per-device operators."""
     if backend is not None:
         engine = engines.from_backend('talk', 'talk', backend, 'auto', engine)[1]
-    return engine, engines.talk_engine_constant(x.device.type, engine)
+    return engine, dispatch.talk_engine_constant(x.device.type, engine)
 
 
 def talk1d(

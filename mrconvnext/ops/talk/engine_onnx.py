@@ -1,7 +1,7 @@
 """TaLK for ONNX runtimes: the ``'onnx'`` engine, standard ATen ops chosen for what ONNX Runtime runs fast.
 
 What ``engine='auto'`` resolves to while ``torch.onnx.export`` traces a model
-(:func:`mrconvnext.ops.engines.onnx_exporting`); inference only. Conventions are those of :mod:`mrconvnext.ops.talk`,
+(:func:`mrconvnext.ops.availability.onnx_exporting`); inference only. Conventions are those of :mod:`mrconvnext.ops.talk`,
 results the specification's (:mod:`.reference`) up to float32 rounding.
 
 1-D: the prefix table ``P`` and ``x`` are laid out position-major, rows of the ``R`` channels of a head, and a window

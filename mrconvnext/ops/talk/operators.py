@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import torch
 
-from .. import engines
+from .. import availability
+from . import dispatch
 from .autograd import register_talk1d_autograd, register_talk2d_autograd
 from .checks import acc_dtype, is_channels_last_1d, talk1d_out
 from .engine_torch import TORCH_ENGINE
@@ -46,16 +47,16 @@ __all__ = [
 
 def _cpu_engine():
     """The native extension where it builds, else the fused PyTorch engine (after one warning)."""
-    native = engines.load_native(engines.TALK_EXT)
+    native = availability.load_native(availability.TALK_EXT)
     if native is None:
-        engines.talk_engine('cpu')  # warns once, saying why
+        dispatch.talk_engine('cpu')  # warns once, saying why
         return TORCH_ENGINE
     return native
 
 
 def _cuda_engine():
     """The Triton engine's module where Triton runs, else None (the fused PyTorch engine, after one warning)."""
-    if engines.talk_engine('cuda') != 'triton':
+    if dispatch.talk_engine('cuda') != 'triton':
         return None
     from . import engine_triton
 

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from mrconvnext.layers import DynamicConv1d, DynamicConv2d, LightConv2d
-from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines, light_conv1d
+from mrconvnext.ops import availability, dynamic_conv1d, dynamic_softmax_conv1d, engines, light_conv1d
+from mrconvnext.ops.light_conv import dispatch as light_conv_dispatch
 from tests.hopper import assert_fits_hopper, compile_for_hopper
 from tests.limits import run_compiled_triton
 from tests.reference import lags
 
 triton_cpu = pytest.mark.skipif(
-    engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
+    availability.triton_unavailable('cpu') is not None, reason=str(availability.triton_unavailable('cpu'))
 )
 
 
@@ -157,14 +158,14 @@ def test_operators_registered_with_autograd():
 
 
 def test_engine_resolution():
-    assert engines.dynamic_conv_engine('cpu', 'auto') == 'torch'  # 'auto' never interprets
-    assert engines.dynamic_conv_engine('cpu', 'torch') == 'torch'
+    assert light_conv_dispatch.dynamic_conv_engine('cpu', 'auto') == 'torch'  # 'auto' never interprets
+    assert light_conv_dispatch.dynamic_conv_engine('cpu', 'torch') == 'torch'
     with pytest.raises(RuntimeError, match='Triton DynamicConv kernels unavailable for meta'):
-        engines.dynamic_conv_engine('meta', 'triton')
+        light_conv_dispatch.dynamic_conv_engine('meta', 'triton')
     with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton', 'onnx'\\)"):
-        engines.dynamic_conv_engine('cpu', 'cuda')
-    if engines.triton_unavailable('cuda') is None:
-        assert engines.dynamic_conv_engine('cuda', 'auto') == 'triton'
+        light_conv_dispatch.dynamic_conv_engine('cpu', 'cuda')
+    if availability.triton_unavailable('cuda') is None:
+        assert light_conv_dispatch.dynamic_conv_engine('cuda', 'auto') == 'triton'
 
 
 def _layer_engines_agree(cls, causal: bool) -> None:
@@ -261,11 +262,11 @@ def test_light_conv_gradcheck_and_operators():
 
 def test_light_conv_engine_resolution():
     """'auto' is the grouped conv on every device (the Triton kernels are opt-in until a GPU measures them faster)."""
-    assert engines.light_conv_engine('cpu', 'auto') == 'torch'
-    assert engines.light_conv_engine('cuda', 'auto') == 'torch'
+    assert light_conv_dispatch.light_conv_engine('cpu', 'auto') == 'torch'
+    assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
     assert engines.resolve('light_conv1d', 'cuda') == ('-', 'torch')
     with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for meta'):
-        engines.light_conv_engine('meta', 'triton')
+        light_conv_dispatch.light_conv_engine('meta', 'triton')
     with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
         light_conv1d(torch.randn(1, 4, 5), torch.randn(2, 3), num_heads=2, engine='cuda')
 

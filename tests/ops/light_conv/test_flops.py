@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mrconvnext.ops import dynamic_conv1d, dynamic_softmax_conv1d, engines
+from mrconvnext.ops import availability, dynamic_conv1d, dynamic_softmax_conv1d
 
 
 def counted(fn) -> dict[str, int]:
@@ -28,7 +28,9 @@ def test_dynamic_conv_counts_the_taps_inside_the_sequence(causal):
     assert bwd['mrconvnext.dynamic_conv_backward'] == 2 * (2 * B * C * inside)  # grad_x and grad_w
 
 
-@pytest.mark.skipif(engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu')))
+@pytest.mark.skipif(
+    availability.triton_unavailable('cpu') is not None, reason=str(availability.triton_unavailable('cpu'))
+)
 @pytest.mark.parametrize('K', [1, 4, 9])
 def test_dynamic_conv_triton_counts_the_same_taps(K):
     B, C, H, L = 2, 6, 3, 7
@@ -44,7 +46,9 @@ def test_dynamic_conv_triton_counts_the_same_taps(K):
     assert bwd['mrconvnext.dynamic_conv_triton_backward'] == 2 * (2 * B * C * inside)
 
 
-@pytest.mark.skipif(engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu')))
+@pytest.mark.skipif(
+    availability.triton_unavailable('cpu') is not None, reason=str(availability.triton_unavailable('cpu'))
+)
 @pytest.mark.parametrize('K', [1, 4, 9])
 def test_light_conv_triton_counts_the_same_taps(K):
     from mrconvnext.ops import light_conv1d

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mrconvnext.ops import circular_kernel, engines, fft_size, long_conv1d
+from mrconvnext.ops import availability, circular_kernel, engines, fft_size, long_conv1d
 from mrconvnext.ops.long_conv import engine_torch, fft_length, kernel_spectrum, long_conv1d_vjp
 from mrconvnext.ops.native_build import cxx_compiler
 from tests.reference import shifted_sum_conv
@@ -228,7 +228,7 @@ needs_fused = pytest.mark.skipif(_fused_available() is not None, reason=str(_fus
 @needs_fused
 def test_fused_kernel_builds():
     """Where torch has MKL and a compiler exists, the extension must build (no silent fallback)."""
-    module = engines.build_native(engines.FFTCONV_EXT)
+    module = availability.build_native(availability.FFTCONV_EXT)
     assert hasattr(module, 'fft_conv_forward')
 
 
@@ -239,7 +239,7 @@ def test_fused_kernel_builds():
 @pytest.mark.parametrize('with_bias', [False, True])
 @pytest.mark.parametrize('L', [20, 23])  # channels-last copies go in 4 x 4 tiles: 23 leaves ragged positions
 def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
-    module = engines.build_native(engines.FFTCONV_EXT)
+    module = availability.build_native(availability.FFTCONV_EXT)
     B, C, K, zero_lag = 3, 7, 31, 12  # asymmetric kernel reaching past both ends
     x64 = torch.randn(B, C, L, dtype=torch.float64)
     k64 = torch.randn(N, C, K, dtype=torch.float64)
@@ -265,7 +265,7 @@ def test_fused_kernel_matches_float64_reference(layout, N, block, with_bias, L):
 @pytest.mark.parametrize('L', [20, 23])
 def test_fused_backward_matches_float64_autograd(layout, N, block, needs, L):
     """The native backward against float64 autograd through the direct (F.conv1d) path."""
-    module = engines.build_native(engines.FFTCONV_EXT)
+    module = availability.build_native(availability.FFTCONV_EXT)
     B, C, K, zero_lag = 3, 7, 31, 12
     n = fft_length(L, K, zero_lag)
     x64 = torch.randn(B, C, L, dtype=torch.float64, requires_grad=True)
@@ -295,7 +295,7 @@ def test_fused_backward_matches_float64_autograd(layout, N, block, needs, L):
 def test_long_conv1d_float32_runs_the_fused_kernel(monkeypatch):
     """float32 CPU inputs go through the fused kernel (inference, training forward and backward); values and
     gradients match the float64 direct convolution."""
-    module = engines.build_native(engines.FFTCONV_EXT)
+    module = availability.build_native(availability.FFTCONV_EXT)
     calls = []
 
     class Spy:
@@ -303,8 +303,10 @@ def test_long_conv1d_float32_runs_the_fused_kernel(monkeypatch):
             calls.append(name)
             return getattr(module, name)
 
-    load = engines.load_native
-    monkeypatch.setattr(engines, 'load_native', lambda ext: Spy() if ext == engines.FFTCONV_EXT else load(ext))
+    load = availability.load_native
+    monkeypatch.setattr(
+        availability, 'load_native', lambda ext: Spy() if ext == availability.FFTCONV_EXT else load(ext)
+    )
     x64 = torch.randn(2, 4, 50, dtype=torch.float64)
     k64 = torch.randn(2, 4, 99, dtype=torch.float64)
     with torch.no_grad():
@@ -338,7 +340,7 @@ def test_fused_kernel_build_failure_falls_back_once(monkeypatch, fresh_engines):
     def broken(ext, verbose=False):
         raise RuntimeError('simulated build failure')
 
-    monkeypatch.setattr(engines, 'build_native', broken)
+    monkeypatch.setattr(availability, 'build_native', broken)
     x = torch.randn(2, 3, 30)
     k = torch.randn(3, 59)
     with pytest.warns(RuntimeWarning, match='mrconvnext_fftconv_cpu failed'):
@@ -351,7 +353,7 @@ def test_fused_kernel_build_failure_falls_back_once(monkeypatch, fresh_engines):
 
 @needs_fused
 def test_fused_kernel_rejects_bad_arguments():
-    module = engines.build_native(engines.FFTCONV_EXT)
+    module = availability.build_native(availability.FFTCONV_EXT)
     x = torch.randn(2, 3, 10)
     k_f = torch.randn(1, 3, 11, dtype=torch.complex64)
     out = torch.empty(2, 1, 3, 10)
@@ -375,7 +377,7 @@ def test_dfti_plan_cache_is_bounded_and_frees_its_descriptors():
     the live count stays bounded, and the results stay right (float64 against the tap loop)."""
     if _fused_available() is not None:
         pytest.skip(f'fused kernels unavailable: {_fused_available()}')
-    mod = engines.load_native(engines.FFTCONV_EXT)
+    mod = availability.load_native(availability.FFTCONV_EXT)
     created0, freed0 = mod.plan_counts()
     k = torch.randn(3, 9, dtype=torch.float64)
     sizes = set()

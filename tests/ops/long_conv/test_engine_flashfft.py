@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from mrconvnext.layers import MRConv1d
-from mrconvnext.ops import engines, long_conv1d
+from mrconvnext.ops import availability, engines, long_conv1d
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from mrconvnext.ops.long_conv import engine_flashfft
 from tests.reference import shifted_sum_conv
 
@@ -42,7 +43,7 @@ def stand_in(monkeypatch):
     mod.FlashFFTConv = _ContractFlashFFTConv
     monkeypatch.setitem(sys.modules, 'flashfftconv', mod)
     monkeypatch.setattr(engine_flashfft, 'instances', {})
-    monkeypatch.setattr(engines, 'FLASHFFT_DEVICES', ('cpu', 'cuda'))  # the stand-in runs CPU tensors
+    monkeypatch.setattr(long_conv_dispatch, 'FLASHFFT_DEVICES', ('cpu', 'cuda'))  # the stand-in runs CPU tensors
     engines.reset()  # forget whether flashfftconv was importable
     _ContractFlashFFTConv.calls = 0
     yield mod
@@ -55,7 +56,7 @@ def test_adapter_equals_torch_fft(stand_in, dtype, L, reach, causal):
     K, zero_lag = (reach, 0) if causal else (2 * reach - 1, reach - 1)
     x = torch.randn(2, 3, L).to(dtype)
     k = torch.randn(3, K) / K**0.5
-    assert engines.long_conv_choice('cpu', dtype, L, K, zero_lag, 'auto', 'auto') == ('fft', 'flashfft')
+    assert long_conv_dispatch.long_conv_choice('cpu', dtype, L, K, zero_lag, 'auto', 'auto') == ('fft', 'flashfft')
     y = long_conv1d(x, k, zero_lag=zero_lag)  # auto picks flashfftconv
     assert _ContractFlashFFTConv.calls == 1 and y.dtype == dtype
     y_fft = long_conv1d(x, k, zero_lag=zero_lag, method='fft')
@@ -74,12 +75,12 @@ def test_adapter_stacked_kernels(stand_in):
 
 
 def test_unsupported_sizes_and_dtypes_fall_back(stand_in):
-    choice = engines.long_conv_choice
+    choice = long_conv_dispatch.long_conv_choice
     assert choice('cpu', torch.float32, 64, 127, 63, 'auto', 'auto')[1] != 'flashfft'  # float32 stays exact
     assert choice('cpu', torch.bfloat16, 49, 97, 48, 'auto', 'auto')[1] != 'flashfft'  # odd L
-    assert not engines.flashfft_fits('cpu', torch.bfloat16, 302, 3, 1)  # n = 512 needs L % 4 == 0
-    assert engines.flashfft_fits('cpu', torch.bfloat16, 304, 3, 1)
-    assert engines.flashfft_fft_size(4 * 1024 * 1024, 3, 1) is None  # beyond the largest FFT it takes
+    assert not long_conv_dispatch.flashfft_fits('cpu', torch.bfloat16, 302, 3, 1)  # n = 512 needs L % 4 == 0
+    assert long_conv_dispatch.flashfft_fits('cpu', torch.bfloat16, 304, 3, 1)
+    assert long_conv_dispatch.flashfft_fft_size(4 * 1024 * 1024, 3, 1) is None  # beyond the largest FFT it takes
     x = torch.randn(1, 2, 49).bfloat16()
     k = torch.randn(2, 97) / 10
     with pytest.warns(RuntimeWarning, match='falling back'):
@@ -93,9 +94,9 @@ def test_unsupported_sizes_and_dtypes_fall_back(stand_in):
 
 def test_missing_package_is_not_used(monkeypatch):
     monkeypatch.setitem(sys.modules, 'flashfftconv', None)  # import raises ImportError
-    monkeypatch.setattr(engines, 'FLASHFFT_DEVICES', ('cpu', 'cuda'))
+    monkeypatch.setattr(long_conv_dispatch, 'FLASHFFT_DEVICES', ('cpu', 'cuda'))
     engines.reset()
-    assert engines.flashfft_module() is None
+    assert availability.flashfft_module() is None
     x, k = torch.randn(1, 2, 64).bfloat16(), torch.randn(2, 9)
     y = long_conv1d(x, k, zero_lag=4)
     ref = shifted_sum_conv(x.double(), k.double(), 4)

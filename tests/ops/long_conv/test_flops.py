@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mrconvnext.ops import engines, long_conv1d
+from mrconvnext.ops import long_conv1d
 from mrconvnext.ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 
 
 def rfft(n: int) -> float:
@@ -46,7 +47,9 @@ def test_taps_that_reach_no_output_are_not_counted():
     assert fwd == {'mrconvnext.fft_conv_torch': round((2 + 2 + 2) * rfft(20) + 6 * 11 * 2)}
 
 
-@pytest.mark.skipif(not engines.conv_bn_sum_available(torch.zeros(1)), reason='the fused native kernels do not build')
+@pytest.mark.skipif(
+    not long_conv_dispatch.conv_bn_sum_available(torch.zeros(1)), reason='the fused native kernels do not build'
+)
 def test_branch_conv_bn_sum_counts_fft_work_norms_and_sum():
     # x (2, 3, 10), two 5-tap branches centred at lag 2: n >= 12, 12 is 7-smooth (7 bins). Forward: 6 input, 6 kernel,
     # 12 inverse transforms, 12 products; BatchNorm moments (4) and scale-shift-sum (3) per branch output.

@@ -269,10 +269,10 @@ err = {
 }
 err.update({n: (p - q).abs().max().item() for n, p, q in zip(('k', 'w', 'b', 'a'), got[1:], ref[1:])})
 
-# a layer whose BatchNorm is converted to the tools' DistBatchNorm: the fold (made to apply on the CPU) equals the
+# a layer whose BatchNorm is converted to the layers' DistBatchNorm: the fold (made to apply on the CPU) equals the
 # synchronized module path (outputs, running statistics, the parameters' local gradients)
 from mrconvnext.layers import MRConv1d, branch_norm
-from mrconvnext.tools.sync_bn import convert_sync_batchnorm
+from mrconvnext.layers.sync_bn import convert_sync_batchnorm
 torch.manual_seed(0)
 layers = [MRConv1d(C, L).double() for _ in range(2)]
 layers[1].load_state_dict(layers[0].state_dict())

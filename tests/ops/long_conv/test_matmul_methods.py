@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mrconvnext.layers import MRConv1d, MRConv2d
 from mrconvnext.ops import engines, long_conv1d
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from tests.reference import shifted_sum_conv
 
 DT = torch.float64
@@ -109,7 +110,7 @@ def test_gradcheck(method):
 
 
 def test_auto_takes_the_toeplitz_product_for_short_half_cuda_convolutions_in_large_batches_only():
-    big, short = engines.TOEPLITZ_MIN_BATCH, engines.TOEPLITZ_MAX_LENGTH
+    big, short = long_conv_dispatch.TOEPLITZ_MIN_BATCH, long_conv_dispatch.TOEPLITZ_MAX_LENGTH
     for dtype in (torch.float16, torch.bfloat16):
         assert engines.resolve('long_conv1d', 'cuda', dtype, length=3136, batch=128) == ('fft', 'torch')
         assert engines.resolve('long_conv1d', 'cuda', dtype, length=short + 1, batch=128) == ('fft', 'torch')
@@ -155,7 +156,7 @@ def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches
 def test_long_conv1d_tells_the_choice_whether_a_backward_follows():
     """Fake CUDA tensors, bf16, a stage-3 map in a batch of TOEPLITZ_MIN_BATCH: the Toeplitz product without autograd, torch.fft
     (the package's FFT operator) when the input requires a gradient."""
-    B, C, L = engines.TOEPLITZ_MIN_BATCH, 16, 196
+    B, C, L = long_conv_dispatch.TOEPLITZ_MIN_BATCH, 16, 196
     for requires_grad, expected in ((False, 'aten.bmm.default'), (True, 'mrconvnext.fft_conv.default')):
         rec = _Record()
         with FakeTensorMode():
@@ -254,16 +255,16 @@ def test_compile_export_onnx_and_meta(method, tmp_path):
 def test_a_features_only_model_at_another_size_agrees_with_the_fft(method):
     """features_only mrconvnext_atto built at 32 px, deployed, run at 40 x 48 (lag remap at another width): the
     matmul methods give the FFT's feature maps in float64."""
-    from mrconvnext.tools.common import set_mixer_method
+    from mrconvnext.models import set_engine
 
     torch.manual_seed(0)
     model = timm.create_model('mrconvnext_atto', img_size=32, features_only=True).double().eval()
     model = reparameterize_model(model)
     x = torch.randn(2, 3, 40, 48, dtype=DT)
     with torch.no_grad():
-        assert set_mixer_method(model, 'fft') > 0
+        assert set_engine(model, method='fft') > 0
         ref = model(x)
-        set_mixer_method(model, method)
+        set_engine(model, method=method)
         out = model(x)
     for a, b in zip(out, ref, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

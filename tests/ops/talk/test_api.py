@@ -13,8 +13,9 @@ import warnings
 import pytest
 import torch
 
-from mrconvnext.ops import engines
+from mrconvnext.ops import availability, engines
 from mrconvnext.ops.native_build import cxx_compiler, ensure_ninja
+from mrconvnext.ops.talk import dispatch as talk_dispatch
 from mrconvnext.ops.talk import talk1d, talk1d_reference, talk2d, talk2d_reference, talk_offsets_dropout
 from tests.reference import naive_talk1d, naive_talk2d, paper_eq5_talk1d
 
@@ -62,7 +63,7 @@ IMPLS = [
     pytest.param(
         'triton',
         marks=pytest.mark.skipif(
-            engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
+            availability.triton_unavailable('cpu') is not None, reason=str(availability.triton_unavailable('cpu'))
         ),
     ),
 ]
@@ -84,10 +85,10 @@ def test_cpu_extension_builds():
     """The CPU extension must build wherever a C++ compiler exists (not skipped silently)."""
     if not have_native_cpu():
         pytest.skip('no C++ compiler (c++ / $CXX) on PATH')
-    module = engines.build_native(engines.TALK_EXT)
+    module = availability.build_native(availability.TALK_EXT)
     for fn in ('talk1d_forward', 'talk1d_backward', 'talk2d_forward', 'talk2d_backward'):
         assert hasattr(module, fn)
-    assert engines.talk_engine('cpu') == 'native'
+    assert talk_dispatch.talk_engine('cpu') == 'native'
 
 
 # ------------------------------------------------------------------- reference vs independent loops

@@ -7,13 +7,14 @@ import textwrap
 import pytest
 import torch
 
-from mrconvnext.ops import engines
+from mrconvnext.ops import availability
+from mrconvnext.ops.talk import dispatch as talk_dispatch
 from mrconvnext.ops.talk import operators, talk1d, talk1d_reference, talk2d, talk2d_reference
 from tests.hopper import assert_fits_hopper, compile_for_hopper
 from tests.limits import run_compiled_triton
 
 triton_cpu = pytest.mark.skipif(
-    engines.triton_unavailable('cpu') is not None, reason=str(engines.triton_unavailable('cpu'))
+    availability.triton_unavailable('cpu') is not None, reason=str(availability.triton_unavailable('cpu'))
 )
 
 
@@ -39,10 +40,10 @@ def test_operators_registered_with_autograd():
 
 @triton_cpu
 def test_engine_selection_on_cpu():
-    assert engines.talk_engine('cpu', 'triton') == 'triton'  # the interpreter is on
-    assert engines.talk_engine('cpu', 'auto') in ('native', 'torch')  # 'auto' never interprets
+    assert talk_dispatch.talk_engine('cpu', 'triton') == 'triton'  # the interpreter is on
+    assert talk_dispatch.talk_engine('cpu', 'auto') in ('native', 'torch')  # 'auto' never interprets
     with pytest.raises(RuntimeError, match='no Triton kernels for meta tensors'):
-        engines.talk_engine('meta', 'triton')
+        talk_dispatch.talk_engine('meta', 'triton')
 
 
 def test_triton_on_cpu_without_the_interpreter_is_a_clear_error():

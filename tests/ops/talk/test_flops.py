@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mrconvnext.ops import engines, talk1d, talk2d
+from mrconvnext.ops import availability, talk1d, talk2d
 
-ENGINES = ['torch'] + (['native'] if engines.native_available(engines.TALK_EXT) else [])
+ENGINES = ['torch'] + (['native'] if availability.native_available(availability.TALK_EXT) else [])
 
 
 def counted(fn) -> dict[str, int]:

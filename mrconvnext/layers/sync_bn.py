@@ -1,7 +1,7 @@
 """Synchronized BatchNorm for any device, so ``--sync-bn`` also works in CPU (gloo) training.
 
 ``torch.nn.SyncBatchNorm`` (which timm's ``convert_sync_batchnorm`` also uses) refuses CPU tensors, so this is one of
-the few pieces the tools keep for themselves. :class:`DistBatchNorm` computes the same thing with
+the few pieces the package keeps for itself. :class:`DistBatchNorm` computes the same thing with
 differentiable ``all_reduce``s (a sum whose backward sums the gradients of all processes): the batch mean over every
 process's samples, then the biased variance from the summed squared deviations (two passes, no
 ``E[x^2] - E[x]^2`` cancellation), normalizes with them, and updates the running statistics with

@@ -1,0 +1,79 @@
+"""DynamicConv's and LightConv's dispatch: which engine runs a call, from what can run here
+(:mod:`mrconvnext.ops.availability`)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import availability
+from ..checks import check_choice
+
+__all__ = [
+    'DYNAMIC_CONV_ENGINES',
+    'LIGHT_CONV_ENGINES',
+    'dynamic_conv_engine',
+    'dynamic_conv_engine_constant',
+    'light_conv_engine',
+    'light_conv_engine_constant',
+]
+
+DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
+
+
+LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
+
+
+def dynamic_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
+    """The DynamicConv engine ``engine`` resolves to for tensors on ``device``: 'triton', 'torch' or 'onnx'.
+
+    ``'auto'``: ``'onnx'`` under :func:`~mrconvnext.ops.availability.onnx_exporting`, else the Triton kernels (channels-last, fused softmax) on
+    CUDA where Triton runs, else the PyTorch tap loop (on the CPU, and on CUDA without Triton after a one-time
+    warning). ``'triton'`` raises RuntimeError, saying why, where its kernels cannot run (CPU tensors need
+    ``TRITON_INTERPRET=1``).
+    """
+    check_choice('dynamic_conv1d', 'engine', engine, DYNAMIC_CONV_ENGINES)
+    if engine in ('torch', 'onnx'):
+        return engine
+    if engine == 'auto' and availability.onnx_exporting():
+        return 'onnx'
+    device = torch.device(device)
+    if engine == 'triton' or device.type == 'cuda':
+        reason = availability.triton_unavailable(device.type)
+        if engine == 'triton' and reason is not None:
+            raise RuntimeError(f'Triton DynamicConv kernels unavailable for {device}: {reason}')
+        if reason is None:
+            return 'triton'
+        availability.warn_once(
+            'dynconv-fallback', f'mrconvnext: {reason}; DynamicConv uses the PyTorch tap loop on {device}'
+        )
+    return 'torch'
+
+
+@torch.compiler.assume_constant_result
+def dynamic_conv_engine_constant(device_type: str, engine: str) -> str:
+    """:func:`dynamic_conv_engine` as a constant for torch.compile."""
+    return dynamic_conv_engine(device_type, engine)
+
+
+def light_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
+    """The LightConv engine ``engine`` resolves to for tensors on ``device``: 'torch' or 'triton'.
+
+    ``'auto'`` is ``'torch'`` on every device: one grouped ``F.conv1d`` (cuDNN's depthwise convolution on CUDA).
+    ``'triton'``, DynamicConv's channels-last kernels with the weights shared by every position, is there to be
+    measured against it (``scripts/bench_dynconv_gpu.py``): it becomes CUDA's ``'auto'`` only where a GPU measurement
+    shows it faster, which none has yet. It raises RuntimeError, saying why, where its kernels cannot run.
+    """
+    check_choice('light_conv1d', 'engine', engine, LIGHT_CONV_ENGINES)
+    if engine != 'triton':
+        return 'torch'
+    device = torch.device(device)
+    reason = availability.triton_unavailable(device.type)
+    if reason is not None:
+        raise RuntimeError(f'Triton LightConv kernels unavailable for {device}: {reason}')
+    return 'triton'
+
+
+@torch.compiler.assume_constant_result
+def light_conv_engine_constant(device_type: str, engine: str) -> str:
+    """:func:`light_conv_engine` as a constant for torch.compile."""
+    return light_conv_engine(device_type, engine)

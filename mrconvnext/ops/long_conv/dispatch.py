@@ -1,0 +1,245 @@
+"""The long convolution's dispatch: its policy constants, and for each call one plan (method, engine, operator) that
+:func:`~mrconvnext.ops.long_conv.api.long_conv1d` runs as it is. Availability (native builds, flashfftconv, ONNX
+export) comes from :mod:`mrconvnext.ops.availability`.
+
+ONNX export: while ``torch.onnx.export`` traces, ``'auto'`` resolves to the matrix-product methods (ONNX has no fast
+FFT; the row DFT on its ``'onnx'`` engine) or ``'direct'`` for short kernels, so the exported graph holds standard
+ONNX operators only. ``torch.export`` alone keeps the package's per-device operators.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .. import availability
+from ..checks import check_choice
+from ..symbolic import known_true
+
+__all__ = [
+    'LONG_CONV_METHODS',
+    'LONG_CONV_ENGINES',
+    'MATMUL_METHODS',
+    'DIRECT_MAX_TAPS',
+    'TOEPLITZ_MAX_LENGTH',
+    'TOEPLITZ_MIN_BATCH',
+    'ONNX_TOEPLITZ_MAX_LENGTH',
+    'FLASHFFT_DEVICES',
+    'LongConvPlan',
+    'long_conv_plan',
+    'long_conv_choice',
+    'matmul_method',
+    'fft_engine',
+    'flashfft_fits',
+    'flashfft_fft_size',
+    'conv_bn_sum_available',
+]
+
+LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
+
+
+MATMUL_METHODS = ('toeplitz', 'rowdft')
+
+
+LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft', 'onnx')
+
+# The direct convolution's reach: up to here it beat the FFT on the CPU at ConvNeXt-T's stage lengths, beyond it lost
+# (`python scripts/bench_mrconv.py --crossover --doc`, docs/benchmarks.md).
+DIRECT_MAX_TAPS = 64
+
+# The matmul methods' crossover (the explicit ``set_engine(model, method='matmul')`` of :mod:`mrconvnext.models`): the Toeplitz
+# product (identity 3, L multiply-adds per element, one GEMM) up to this length, the row DFT (identity 2, about
+# 4 (P + Q) ~ 8 sqrt(L) per element in three GEMMs and two intermediates) beyond.
+TOEPLITZ_MAX_LENGTH = 256
+
+
+# What 'auto' runs for half-precision CUDA convolutions, chosen on an H200 by `scripts/gpu_profile.py` (bf16
+# autocast, channels-last, mrconvnext_t; every choice's step times are in docs/gpu/h200_2026-11-26b/README.md):
+# - eager forward without a backward: torch.fft (cuFFT, float32), but the Toeplitz product for sequences up to
+#   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH (at small batches the Toeplitz path's host time
+#   is not hidden);
+# - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses;
+# - with a backward: torch.fft (the fold's inner convolutions run without autograd and follow the forward rule).
+# The batch crossover lies between the batches measured (32: torch.fft faster; 128: Toeplitz; 64 not measured).
+# Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
+TOEPLITZ_MIN_BATCH = 64
+
+
+# The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`
+# (docs/benchmarks.md): at L = 196 the row DFT wins at batch 1 and loses at batch 8 (one graph serves every batch:
+# latency decides); at L = 49 Toeplitz wins at both.
+ONNX_TOEPLITZ_MAX_LENGTH = 100
+
+
+# Device types flashfftconv runs on (a test with a CPU stand-in for the package adds 'cpu').
+FLASHFFT_DEVICES = ('cuda',)
+
+_FLASHFFT_MIN_N, _FLASHFFT_MAX_N = 256, 4 * 1024 * 1024
+
+
+def flashfft_fft_size(length: int, taps: int, zero_lag: int) -> int | None:
+    """The power-of-two FFT size flashfftconv uses for a sequence of ``length`` and a kernel of ``taps`` with
+    ``zero_lag`` (no wrap-around), or None beyond the largest it accepts (``[256, 4M]``)."""
+    required = length + max(taps - 1 - zero_lag, zero_lag)
+    n = max(_FLASHFFT_MIN_N, 1 << max(0, required - 1).bit_length())
+    return n if n <= _FLASHFFT_MAX_N else None
+
+
+def flashfft_fits(device_type: str, dtype: torch.dtype, length: int, taps: int, zero_lag: int) -> bool:
+    """Whether flashfftconv can compute this convolution: installed, a fp16 / bf16 tensor on a device it runs on, an
+    even ``length`` (divisible by 4 for FFT sizes 512 and 2048) and an FFT size it accepts."""
+    if (
+        device_type not in FLASHFFT_DEVICES
+        or dtype not in (torch.float16, torch.bfloat16)
+        or not availability.flashfft_available()
+    ):
+        return False
+    n = flashfft_fft_size(length, taps, zero_lag)
+    return n is not None and length % 2 == 0 and not (n in (512, 2048) and length % 4)
+
+
+def fft_engine(device_type: str, dtype: torch.dtype) -> str:
+    """The engine the FFT convolution of a ``dtype`` input on ``device_type`` runs: ``'native'`` on the CPU where the
+    fused kernels build (they compute in float32 / float64, to which :func:`~mrconvnext.ops.long_conv1d` casts
+    every input), else ``'torch'``."""
+    if device_type == 'cpu' and dtype.is_floating_point and availability.native_available(availability.FFTCONV_EXT):
+        return 'native'
+    return 'torch'
+
+
+def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
+    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`,
+    or :data:`ONNX_TOEPLITZ_MAX_LENGTH` for the ONNX forms), else ``'rowdft'`` (the one place the crossover is
+    decided)."""
+    return 'toeplitz' if length <= limit else 'rowdft'
+
+
+def long_conv_choice(
+    device_type: str,
+    dtype: torch.dtype,
+    length: int,
+    taps: int,
+    zero_lag: int,
+    method: str,
+    engine: str,
+    batch: int | None = None,
+    grad: bool = False,
+) -> tuple[str, str]:
+    """``(method, engine)`` that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
+    (the input's, or autocast's where it is on) of ``length`` on ``device_type``, a kernel whose ``taps`` (with
+    ``zero_lag``) reach it, ``batch`` sequences (None: not known), and (``grad``) a backward to come.
+
+    ``method='auto'`` with ``engine='auto'`` under :func:`~mrconvnext.ops.availability.onnx_exporting`, or with ``engine='onnx'``: ``'direct'`` for
+    at most ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast
+    FFT), the row DFT on the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`, a layout CPU runtimes transpose fast).
+    Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
+    ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA, without a backward and in a batch of at least
+    ``TOEPLITZ_MIN_BATCH``, the matmul methods (tensor-core GEMMs): under ``torch.compile`` those of
+    :func:`matmul_method`, in eager the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
+    ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
+    ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
+    conditions hold for every size the graph serves (a symbolic batch takes ``'fft'``): the choice adds no
+    guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
+    and direct methods run on the ``'torch'`` engine. ``'flashfft'`` where flashfftconv cannot run falls back to
+    ``'auto'`` with a one-time warning (which sizes it takes depends on the input). ``'native'`` where it cannot
+    run raises RuntimeError.
+    """
+    check_choice('long_conv1d', 'method', method, LONG_CONV_METHODS)
+    check_choice('long_conv1d', 'engine', engine, LONG_CONV_ENGINES)
+    if (engine == 'onnx' or (engine == 'auto' and availability.onnx_exporting())) and method in ('auto', 'rowdft'):
+        # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
+        direct = method == 'auto' and known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
+        method = 'direct' if direct else matmul_method(length, ONNX_TOEPLITZ_MAX_LENGTH) if method == 'auto' else method
+        return method, ('onnx' if method == 'rowdft' else 'torch')
+    if method in ('direct', *MATMUL_METHODS):
+        if engine == 'onnx' and method != 'rowdft':
+            return method, 'torch'  # the ONNX forms of the other two are the 'torch' engine's
+        if engine not in ('auto', 'torch'):
+            raise ValueError(f"long_conv1d: method={method!r} runs on the 'torch' engine only, got engine={engine!r}")
+        return method, 'torch'
+    if engine == 'onnx':
+        raise ValueError(f"long_conv1d: engine='onnx' runs the matmul and direct methods, got method={method!r}")
+    if engine == 'flashfft' or (engine == 'auto' and method == 'auto'):
+        if flashfft_fits(device_type, dtype, length, taps, zero_lag):
+            return 'fft', 'flashfft'
+        if engine == 'flashfft':
+            availability.warn_once(
+                'flashfft-fallback',
+                'flashfftconv cannot run this convolution (package missing, not a fp16/bf16 CUDA input, '
+                'or an unsupported size); falling back to engine="auto"',
+            )
+            engine = 'auto'
+    if method == 'auto':
+        direct = engine in ('auto', 'torch') and known_true(taps <= DIRECT_MAX_TAPS)
+        if direct:
+            return 'direct', 'torch'
+        half_cuda = device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16)
+        large = batch is not None and known_true(batch >= TOEPLITZ_MIN_BATCH)
+        if engine in ('auto', 'torch') and half_cuda and large and not grad:
+            if torch.compiler.is_compiling():  # inductor fuses the layout copies around the GEMMs
+                if isinstance(length, int):  # the matmul methods specialize on the length: a symbolic one takes fft
+                    return matmul_method(length), 'torch'
+            elif known_true(length <= TOEPLITZ_MAX_LENGTH):
+                return 'toeplitz', 'torch'
+    if engine == 'native':
+        if fft_engine(device_type, dtype) != 'native':
+            why = (
+                availability.native_reason(availability.FFTCONV_EXT)
+                if device_type == 'cpu'
+                else f'no kernel for {device_type} tensors'
+            )
+            raise RuntimeError(
+                f'long_conv1d: the native FFT kernels run CPU tensors only ({why}); got {dtype} on {device_type}'
+            )
+        return 'fft', 'native'
+    return 'fft', engine if engine == 'torch' else fft_engine(device_type, dtype)
+
+
+class LongConvPlan(NamedTuple):
+    """One call's resolved plan. ``method``: the algorithm; ``engine``: the implementation; ``operator``: what runs
+    it, ``'fft_conv'`` (the per-device operator: the native kernels on the CPU, torch.fft elsewhere; what an
+    exported ``'auto'`` graph holds), ``'fft_conv_torch'`` (torch.fft on every device), ``'flashfft'``, ``'direct'``
+    (grouped ``conv1d``), ``'toeplitz'``, ``'rowdft'`` or ``'rowdft_onnx'`` (the ONNX export's layout)."""
+
+    method: str
+    engine: str
+    operator: str
+
+
+def long_conv_plan(
+    device_type: str,
+    dtype: torch.dtype,
+    length: int,
+    taps: int,
+    zero_lag: int,
+    method: str,
+    engine: str,
+    batch: int | None = None,
+    grad: bool = False,
+) -> LongConvPlan:
+    """The plan of one convolution: :func:`long_conv_choice`'s ``(method, engine)`` and the operator that runs them.
+    The FFT runs on the per-device operator where the device's own engine does (the native kernels on the CPU,
+    torch.fft elsewhere, for ``engine='auto'``), else on ``'fft_conv_torch'`` (``engine='torch'``, or a CPU whose
+    native build failed)."""
+    chosen, resolved = long_conv_choice(device_type, dtype, length, taps, zero_lag, method, engine, batch, grad)
+    if chosen == 'fft':
+        if resolved == 'flashfft':
+            operator = 'flashfft'
+        elif resolved == 'native' or (engine == 'auto' and device_type != 'cpu'):
+            operator = 'fft_conv'
+        else:
+            operator = 'fft_conv_torch'
+    else:
+        operator = 'rowdft_onnx' if resolved == 'onnx' else chosen
+    return LongConvPlan(chosen, resolved, operator)
+
+
+def conv_bn_sum_available(x: torch.Tensor) -> bool:
+    """Whether the fused convolution + BatchNorm + sum (``mrconvnext::branch_conv_bn_sum``, native engine only) can
+    run on ``x``: float32 / float64 CPU tensors where the fused kernels build."""
+    return (
+        x.device.type == 'cpu'
+        and x.dtype in (torch.float32, torch.float64)
+        and availability.native_available(availability.FFTCONV_EXT)
+    )

@@ -1,0 +1,63 @@
+"""TaLK's dispatch: which engine runs a call (:func:`talk_engine`), from what can run here
+(:mod:`mrconvnext.ops.availability`)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import availability
+from ..checks import check_choice
+
+__all__ = ['TALK_ENGINES', 'talk_engine', 'talk_engine_constant']
+
+TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
+
+
+def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:
+    """The TaLK engine ``engine`` resolves to for tensors on ``device``: 'triton', 'native', 'torch', 'reference' or
+    'onnx'.
+
+    ``'auto'``: ``'onnx'`` under :func:`~mrconvnext.ops.availability.onnx_exporting`, else Triton on CUDA, the native kernel on the CPU where it
+    builds, else ``'torch'`` with a one-time warning. ``'triton'`` and ``'native'`` raise RuntimeError, saying why,
+    where their kernels cannot run.
+    """
+    check_choice('talk', 'engine', engine, TALK_ENGINES)
+    if engine in ('torch', 'reference', 'onnx'):
+        return engine
+    if engine == 'auto' and availability.onnx_exporting():
+        return 'onnx'
+    device = torch.device(device)
+    triton_reason = (
+        availability.triton_unavailable(device.type) if engine == 'triton' or device.type == 'cuda' else None
+    )
+    if engine == 'triton':
+        if triton_reason is not None:
+            raise RuntimeError(f'Triton TaLK kernels unavailable for {device}: {triton_reason}')
+        return 'triton'
+    if engine == 'auto' and device.type == 'cuda' and triton_reason is None:
+        return 'triton'
+    if device.type == 'cpu' and availability.load_native(availability.TALK_EXT) is not None:
+        return 'native'
+    if device.type == 'meta' and engine == 'auto':
+        return 'torch'  # shapes only: no kernel runs, nothing to warn about
+    reason = (
+        availability.native_reason(availability.TALK_EXT)
+        if device.type == 'cpu'
+        else f'no native kernel for {device.type} tensors'
+    )
+    if triton_reason is not None:
+        reason = f'{reason}; {triton_reason}'
+    if engine == 'native':
+        raise RuntimeError(f'native TaLK kernels unavailable for {device}: {reason}')
+    availability.warn_once(
+        f'talk-fallback-{device.type}',
+        f'mrconvnext: no native TaLK kernel for {device.type} tensors ({reason}); using the PyTorch implementation',
+    )
+    return 'torch'
+
+
+@torch.compiler.assume_constant_result
+def talk_engine_constant(device_type: str, engine: str) -> str:
+    """:func:`talk_engine` as a constant for torch.compile: the loaders behind it (locks, imports, builds) cannot
+    be traced."""
+    return talk_engine(device_type, engine)
