@@ -78,16 +78,32 @@ TINY['dynconvnext_t'] = 'dynconvnext_atto'
 _PACKAGE_RULES: dict = {}  # the package's functions a row replaces, to put back for the next row
 
 
+def _turn_fold(off: bool) -> None:
+    """The fold off for this row (CUDA joins the dispatch's ``NO_FOLD_DEVICES``) or as the package has it. A checkout
+    from before that switch (the cost model's ``--code``) has its ``branch_norm.fold_applies`` rule replaced."""
+    import importlib
+
+    try:
+        dispatch = importlib.import_module('mrconvnext.ops.long_conv.dispatch')
+    except ImportError:
+        dispatch = None
+    if dispatch is not None and hasattr(dispatch, 'NO_FOLD_DEVICES'):
+        _PACKAGE_RULES.setdefault('NO_FOLD_DEVICES', dispatch.NO_FOLD_DEVICES)  # kept for the rows after a nofold row
+        dispatch.NO_FOLD_DEVICES = ('cpu', 'cuda') if off else _PACKAGE_RULES['NO_FOLD_DEVICES']
+        return
+    from mrconvnext.layers import branch_norm
+
+    _PACKAGE_RULES.setdefault('fold_applies', branch_norm.fold_applies)
+    branch_norm.fold_applies = (lambda bn, x: False) if off else _PACKAGE_RULES['fold_applies']
+
+
 def set_method(model, method: str) -> None:
     """Every MRConv mixer's method (module docstring); ``nofold`` keeps ``auto`` and turns the fold off for this row,
     ``nofold+METHOD`` also sets METHOD. ``auto`` changes nothing (the package's own choice, at any commit)."""
     nofold = method == 'nofold' or method.startswith('nofold+')
     method = method.removeprefix('nofold').removeprefix('+') or 'auto'
     if nofold or 'mrconvnext.layers.branch_norm' in sys.modules:
-        from mrconvnext.layers import branch_norm
-
-        _PACKAGE_RULES.setdefault('fold_applies', branch_norm.fold_applies)  # kept for the rows after a nofold row
-        branch_norm.fold_applies = (lambda bn, x: False) if nofold else _PACKAGE_RULES['fold_applies']
+        _turn_fold(off=nofold)
     if method == 'auto':
         return
     if method != 'mixed':  # the package's own setter ('matmul' included)

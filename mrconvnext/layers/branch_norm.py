@@ -16,30 +16,17 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..ops.long_conv import branch_conv_bn_sum, branch_conv_bn_sum_supported, folded_bn_conv
+from ..ops.long_conv import branch_conv_bn_sum, folded_bn_conv
+from ..ops.long_conv import dispatch as long_conv_dispatch
 
 __all__ = [
-    'fused_applies',
     'fused_conv_norm_sum',
     'synchronized',
-    'fold_applies',
+    'training_form',
     'folded_conv_norm_sum',
     'norm_sum',
     'momentum_step',
 ]
-
-
-def fused_applies(bn: nn.Module, x: torch.Tensor, method: str, engine: str) -> bool:
-    """Training with batch statistics, a plain affine BatchNorm1d, the FFT method on the native engine (or
-    ``'auto'``) and a CPU float32/64 input: then :func:`fused_conv_norm_sum` runs the whole branch sum."""
-    return (
-        bn.training
-        and type(bn) is nn.BatchNorm1d
-        and bn.affine
-        and method in ('auto', 'fft')
-        and engine in ('auto', 'native')
-        and branch_conv_bn_sum_supported(x)
-    )
 
 
 def synchronized(bn: nn.Module) -> bool:
@@ -49,14 +36,20 @@ def synchronized(bn: nn.Module) -> bool:
     return bool(sync) and getattr(bn, 'process_group', None) is None
 
 
-def fold_applies(bn: nn.Module, x: torch.Tensor) -> bool:
-    """Training with batch statistics, an affine BatchNorm (plain ``BatchNorm1d``, or :func:`synchronized`) and an
-    input off the CPU (CUDA): then :func:`folded_conv_norm_sum` computes the branch sum as one merged convolution.
-    The CPU keeps its fused operator (:func:`fused_applies`) or, where that does not run, a convolution per branch
-    and ``F.batch_norm``: the fold recomputes the branch outputs three times, which the CPU pays for in time; it
-    saves memory, which a GPU needs."""
-    foldable = type(bn) is nn.BatchNorm1d or synchronized(bn)
-    return bn.training and bn.affine and x.device.type != 'cpu' and foldable
+def training_form(bn: nn.Module, x: torch.Tensor, method: str, engine: str, whole_map: bool = True) -> str:
+    """The form of this forward (:func:`~mrconvnext.ops.long_conv.dispatch.branch_sum_form`, which decides), from the
+    norm module's state: ``'fused'`` (:func:`fused_conv_norm_sum`), ``'fold'`` (:func:`folded_conv_norm_sum`) or
+    ``'branches'`` (a convolution per branch, then :func:`norm_sum`)."""
+    return long_conv_dispatch.branch_sum_form(
+        x.device.type,
+        x.dtype,
+        method,
+        engine,
+        batch_stats=bn.training and bool(getattr(bn, 'affine', False)),
+        plain=type(bn) is nn.BatchNorm1d,
+        synchronized=synchronized(bn),
+        whole_map=whole_map,
+    )
 
 
 def momentum_step(bn: nn.BatchNorm1d) -> float:

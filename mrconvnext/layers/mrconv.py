@@ -389,9 +389,10 @@ class MRConv1d(ScriptedInPython):
         # one head: the filters stay shared (channel g M + m takes filter m) through the long convolutions, which
         # then run the groups as a batch dimension; heads take their filters expanded to the repeated input
         kernels, zero_lag = self._adapt(filters if self.heads == 1 else self._per_channel(filters), geometry, L)
-        if valid is None and branch_norm.fused_applies(self.bn, x, self.method, self.engine):
+        form = branch_norm.training_form(self.bn, x, self.method, self.engine, whole_map=valid is None)
+        if form == 'fused':
             return branch_norm.fused_conv_norm_sum(self.bn, self.alpha, x, self._per_channel(kernels), zero_lag)
-        if valid is None and branch_norm.fold_applies(self.bn, x):
+        if form == 'fold':
             return branch_norm.folded_conv_norm_sum(self.bn, self.alpha, x, kernels, zero_lag, self.method, self.engine)
         y = crop(long_conv1d(x, kernels, zero_lag=zero_lag, method=self.method, engine=self.engine))  # (B, N, C, L')
         return branch_norm.norm_sum(self.bn, self.alpha, y)

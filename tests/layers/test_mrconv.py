@@ -6,6 +6,7 @@ from mrconvnext.layers.kernel_params import (
     FourierKernel,
     fourier_basis,
 )
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from tests.dispatch import RecordOps
 from tests.reference import branch_kernel_reference, shifted_sum_conv
 
@@ -306,7 +307,7 @@ def test_alpha_folded_into_batch_norm_matches_the_module_path(monkeypatch, momen
         branch_norm, 'folded_bn_conv', lambda *a, **k: calls['folded'].append(1) or real_folded(*a, **k)
     )
     if path == 'folded':
-        monkeypatch.setattr(branch_norm, 'fold_applies', lambda bn, x: bn.training and type(bn) is torch.nn.BatchNorm1d)
+        monkeypatch.setattr(long_conv_dispatch, 'NO_FOLD_DEVICES', ())  # the fold on the CPU too
 
     class OtherNorm(torch.nn.BatchNorm1d):  # any subclass takes the generic path
         pass
@@ -431,7 +432,6 @@ def test_heads_and_groups_on_every_training_path(monkeypatch, path, groups, head
     'torch' engine's branch convolutions and the fold (shared filters with one head), which the layers take on
     CUDA (made to apply on the CPU here). Outputs equal the per-channel F.conv1d reference; parameter gradients and
     running statistics equal the branch-convolution path's, in float64."""
-    from mrconvnext.layers import branch_norm
 
     C, L = 6, 40
     torch.manual_seed(0)
@@ -439,11 +439,10 @@ def test_heads_and_groups_on_every_training_path(monkeypatch, path, groups, head
     _train_a_little(base, (3, C, L))
     layer = _make('fourier_sparse', 'bn', dim=C, seq_len=L, groups=groups, heads=heads).double()
     layer.load_state_dict(base.state_dict())
-    if path == 'torch':
-        layer.engine = 'torch'
+    if path in ('torch', 'fold'):
+        layer.engine = 'torch'  # not the fused operator
     if path == 'fold':
-        monkeypatch.setattr(branch_norm, 'fused_applies', lambda *args: False)
-        monkeypatch.setattr(branch_norm, 'fold_applies', lambda bn, x: bn.training)
+        monkeypatch.setattr(long_conv_dispatch, 'NO_FOLD_DEVICES', ())  # the fold on the CPU too
     x = torch.randn(4, C, L, dtype=torch.float64)
     ref = _heads_groups_reference(layer, x)
     with RecordOps() as rec:

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from timm.models import save_for_hf
 
 import mrconvnext
+from mrconvnext.layers import MRConv2d
 from mrconvnext.models import MixerConvNeXt
 
 REPO = Path(__file__).resolve().parents[2]
@@ -260,6 +261,34 @@ def test_models_pass_method_and_engine_to_every_mixer(name, kwargs, cls, attr):
     assert all(tuple(getattr(m, a) for a in attr) == tuple(kwargs[a] for a in attr) for m in mixers)
     with pytest.raises(ValueError, match='engine must be one of'):
         timm.create_model(name, img_size=32, engine='cuda')
+
+
+def test_set_engine_changes_every_mixer_and_not_the_result():
+    """``model.set_engine`` (and ``mrconvnext.set_engine`` on a features_only wrapper) sets every mixer as the
+    constructor's keywords do; another method gives the same outputs in float64 (mixers at full weight)."""
+    model = timm.create_model('mrconvnext_atto', img_size=32, ls_init_value=1.0).double().eval()
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    with torch.no_grad():
+        ref = model(x)
+        assert model.set_engine(method='matmul') == 12
+        mixers = model.mixers()
+        assert [m.method for m in mixers] == ['toeplitz'] * 12  # maps of 64 positions and less
+        torch.testing.assert_close(model(x), ref, rtol=1e-9, atol=1e-9)
+        assert model.set_engine(engine='torch') == 12  # the method stays
+        assert {(m.method, m.engine) for m in mixers} == {('toeplitz', 'torch')}
+    features = timm.create_model('mrconvnext_atto', img_size=32, features_only=True)
+    assert mrconvnext.set_engine(features, method='direct', engine='torch') == 12
+    assert all((m.method, m.engine) == ('direct', 'torch') for m in features.modules() if isinstance(m, MRConv2d))
+    with pytest.raises(ValueError, match="MRConv2d: engine must be one of .* got 'cuda'"):
+        model.set_engine(engine='cuda')
+
+
+@pytest.mark.parametrize('name', ['talkconvnext_atto', 'talkconvnext2d_atto', 'lightconvnext_atto', 'dynconvnext_atto'])
+def test_set_engine_of_a_family_with_one_method(name):
+    model = timm.create_model(name, img_size=32)
+    assert model.set_engine(engine='torch') == 12 and all(m.engine == 'torch' for m in model.mixers())
+    with pytest.raises(ValueError, match="has one method .* got method='fft'"):
+        model.set_engine(method='fft')
 
 
 @pytest.mark.parametrize('name', ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'dynconvnext_atto'])

@@ -43,14 +43,14 @@ def test_set_method_sets_every_mixer_and_nofold_lasts_one_row():
 
     import timm
 
-    from mrconvnext.layers import MRConv1d, branch_norm
+    from mrconvnext.layers import MRConv1d
     from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 
     spec = importlib.util.spec_from_file_location('gpu_profile', SCRIPT)
     gpu_profile = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_profile)
     model = timm.create_model('mrconvnext_atto', img_size=96)  # stage 1: L = 576
-    package_rule = branch_norm.fold_applies
+    package_rule = long_conv_dispatch.NO_FOLD_DEVICES
     try:
         gpu_profile.set_method(model, 'mixed')
         mixers = [m for m in model.modules() if isinstance(m, MRConv1d)]
@@ -60,12 +60,12 @@ def test_set_method_sets_every_mixer_and_nofold_lasts_one_row():
         assert {m.method for m in mixers} == {'fft', 'toeplitz'}
         gpu_profile.set_method(model, 'nofold+matmul')
         assert all(m.method == long_conv_dispatch.matmul_method(m.seq_len) for m in mixers)
-        assert branch_norm.fold_applies is not package_rule
+        assert 'cuda' in long_conv_dispatch.NO_FOLD_DEVICES
         gpu_profile.set_method(model, 'fft')
-        assert all(m.method == 'fft' for m in mixers) and branch_norm.fold_applies is package_rule
+        assert all(m.method == 'fft' for m in mixers) and long_conv_dispatch.NO_FOLD_DEVICES == package_rule
         gpu_profile.set_method(model, 'nofold')  # the methods as they were
-        assert all(m.method == 'fft' for m in mixers) and branch_norm.fold_applies is not package_rule
+        assert all(m.method == 'fft' for m in mixers) and 'cuda' in long_conv_dispatch.NO_FOLD_DEVICES
         gpu_profile.set_method(model, 'auto')
-        assert branch_norm.fold_applies is package_rule
+        assert long_conv_dispatch.NO_FOLD_DEVICES == package_rule == ('cpu',)
     finally:
-        branch_norm.fold_applies = package_rule
+        long_conv_dispatch.NO_FOLD_DEVICES = package_rule

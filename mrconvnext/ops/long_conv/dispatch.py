@@ -34,6 +34,9 @@ __all__ = [
     'flashfft_fits',
     'flashfft_fft_size',
     'conv_bn_sum_available',
+    'NO_FOLD_DEVICES',
+    'BRANCH_SUM_FORMS',
+    'branch_sum_form',
 ]
 
 LONG_CONV_METHODS = ('auto', 'fft', 'direct', 'toeplitz', 'rowdft')
@@ -243,3 +246,39 @@ def conv_bn_sum_available(x: torch.Tensor) -> bool:
         and x.dtype in (torch.float32, torch.float64)
         and availability.native_available(availability.FFTCONV_EXT)
     )
+
+
+# MRConv's BatchNorm branches in training (the layers' training form, :func:`branch_sum_form`). Device types where
+# the fold does not run: the CPU pays the fold's three recomputations of the branch outputs in time and keeps the
+# fused operator or a convolution per branch; a GPU saves the memory. Tests take 'cpu' out to check the fold there;
+# `scripts/gpu_profile.py` adds 'cuda' for its 'nofold' rows.
+NO_FOLD_DEVICES = ('cpu',)
+BRANCH_SUM_FORMS = ('fused', 'fold', 'branches')
+
+
+def branch_sum_form(
+    device_type: str,
+    dtype: torch.dtype,
+    method: str,
+    engine: str,
+    *,
+    batch_stats: bool,
+    plain: bool,
+    synchronized: bool,
+    whole_map: bool = True,
+) -> str:
+    """How MRConv sums its BatchNorm branches: ``'fused'`` (:func:`~mrconvnext.ops.branch_conv_bn_sum`, convolution,
+    BatchNorms and sum in one: a plain ``BatchNorm1d``, the FFT on the native engine or ``'auto'``, a float32 /
+    float64 CPU input where the fused kernels build), ``'fold'`` (:func:`~mrconvnext.ops.long_conv.folded_bn_conv`,
+    one merged convolution: a plain or synchronized BatchNorm on a device outside :data:`NO_FOLD_DEVICES`), else
+    ``'branches'`` (a convolution per branch, then the norm module). The first two need ``batch_stats`` (training
+    an affine BatchNorm with batch statistics) and statistics over the ``whole_map`` (not a map with padding
+    columns)."""
+    if not (batch_stats and whole_map):
+        return 'branches'
+    if plain and method in ('auto', 'fft') and engine in ('auto', 'native') and device_type == 'cpu':
+        if dtype in (torch.float32, torch.float64) and availability.native_available(availability.FFTCONV_EXT):
+            return 'fused'
+    if (plain or synchronized) and device_type not in NO_FOLD_DEVICES:
+        return 'fold'
+    return 'branches'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mrconvnext.ops.light_conv import (
     dynamic_conv1d,
@@ -11,6 +12,7 @@ from mrconvnext.ops.light_conv import (
     light_conv1d,
     light_conv1d_unfold,
 )
+from mrconvnext.ops.light_conv.api import dynamic_mix
 from tests.reference import naive_dynamic, naive_light
 
 # Odd and even K; 9, 49 are sizes fairseq's CUDA kernels reject; 15 and 49 exceed L = 10.
@@ -211,3 +213,19 @@ def test_bad_input_dynamic() -> None:
         dynamic_conv1d(x, torch.ones(2, 2, 9, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match=r'bias of shape \(4,\), got \(4, 1\)'):
         dynamic_conv1d(x, w, torch.randn(4, 1))
+
+
+@pytest.mark.parametrize('training', [False, True])
+def test_dynamic_mix_is_the_predictor_then_the_convolution(training: bool) -> None:
+    """dynamic_mix (what the DynamicConv layers run): softmax over the taps of ``W @ x`` plus the predictor's bias,
+    DropConnect while training, then the per-position convolution; against the naive loop in float64 with the same
+    DropConnect mask (the same seed, drawn first in both)."""
+    B, C, H, K = 2, 6, 3, 5
+    x, W, pb, bias = rand(B, C, L), rand(H * K, C), rand(H * K), rand(C)
+    p = 0.3 if training else 0.0
+    torch.manual_seed(0)
+    y = dynamic_mix(x, W, pb, H, bias, weight_dropout=p, training=training, engine='torch')
+    torch.manual_seed(0)
+    logits = (torch.einsum('oc,bcl->bol', W, x) + pb[:, None]).view(B, H, K, L)
+    w = F.dropout(logits.softmax(2), p, training).transpose(2, 3)
+    torch.testing.assert_close(y, naive_dynamic(x, w, bias, False))

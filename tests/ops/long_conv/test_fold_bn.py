@@ -114,9 +114,9 @@ def test_a_compiled_training_step_equals_eager(monkeypatch):
     """MRConv2d training (branched, BatchNorm) through the fold (which the layers take on CUDA; made to apply on the
     CPU here): one SGD step compiled with fullgraph=True equals eager (outputs, parameters after the step, running
     statistics); the eager step runs the operator and its backward."""
-    from mrconvnext.layers import branch_norm
+    from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 
-    monkeypatch.setattr(branch_norm, 'fold_applies', lambda bn, x: bn.training and type(bn) is torch.nn.BatchNorm1d)
+    monkeypatch.setattr(long_conv_dispatch, 'NO_FOLD_DEVICES', ())  # the fold on the CPU too
     torch.manual_seed(0)
     layers = [MRConv2d(8, (6, 5), engine='torch').double() for _ in range(2)]
     layers[1].load_state_dict(layers[0].state_dict())
@@ -272,6 +272,7 @@ err.update({n: (p - q).abs().max().item() for n, p, q in zip(('k', 'w', 'b', 'a'
 # a layer whose BatchNorm is converted to the layers' DistBatchNorm: the fold (made to apply on the CPU) equals the
 # synchronized module path (outputs, running statistics, the parameters' local gradients)
 from mrconvnext.layers import MRConv1d, branch_norm
+from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from mrconvnext.layers.sync_bn import convert_sync_batchnorm
 torch.manual_seed(0)
 layers = [MRConv1d(C, L).double() for _ in range(2)]
@@ -279,11 +280,11 @@ layers[1].load_state_dict(layers[0].state_dict())
 for layer in layers:
     layer.bn = convert_sync_batchnorm(layer.bn)
 y_module = layers[0](X[sl])
-real, real_sum, calls = branch_norm.fold_applies, branch_norm.folded_conv_norm_sum, []
-branch_norm.fold_applies = lambda bn, x: bn.training and bn.affine and branch_norm.synchronized(bn)
+real, real_sum, calls = long_conv_dispatch.NO_FOLD_DEVICES, branch_norm.folded_conv_norm_sum, []
+long_conv_dispatch.NO_FOLD_DEVICES = ()  # the fold on the CPU too (the synchronized BatchNorm is not fused)
 branch_norm.folded_conv_norm_sum = lambda *a, **k: calls.append(1) or real_sum(*a, **k)
 y_fold = layers[1](X[sl])
-branch_norm.fold_applies, branch_norm.folded_conv_norm_sum = real, real_sum
+long_conv_dispatch.NO_FOLD_DEVICES, branch_norm.folded_conv_norm_sum = real, real_sum
 g_module = torch.autograd.grad(y_module, [layers[0].alpha, layers[0].bn.weight], G[sl])
 g_fold = torch.autograd.grad(y_fold, [layers[1].alpha, layers[1].bn.weight], G[sl])
 err['layer_y'] = (y_fold - y_module).abs().max().item()

@@ -1,0 +1,73 @@
+"""The long convolution's dispatch: one plan per call (method, engine, operator), the operator that runs is the one
+the plan names, and MRConv's training form (fused, fold, per-branch) from the BatchNorm's facts."""
+
+import pytest
+import torch
+
+from mrconvnext.ops import availability, long_conv1d
+from mrconvnext.ops.long_conv import dispatch
+from tests.dispatch import RecordOps
+
+NATIVE = availability.native_available(availability.FFTCONV_EXT)
+F32, BF16 = torch.float32, torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    'device, dtype, length, taps, method, engine, batch, grad, want',
+    [
+        ('cpu', F32, 3136, 3136, 'auto', 'torch', 8, False, ('fft', 'torch', 'fft_conv_torch')),
+        ('cpu', F32, 3136, 7, 'auto', 'auto', 8, False, ('direct', 'torch', 'direct')),
+        ('cuda', F32, 3136, 3136, 'auto', 'auto', 8, False, ('fft', 'torch', 'fft_conv')),
+        ('cuda', BF16, 196, 196, 'auto', 'auto', 128, False, ('toeplitz', 'torch', 'toeplitz')),
+        ('cuda', BF16, 196, 196, 'auto', 'auto', 128, True, ('fft', 'torch', 'fft_conv')),
+        ('cuda', BF16, 3136, 3136, 'auto', 'torch', 128, True, ('fft', 'torch', 'fft_conv_torch')),
+        ('cpu', F32, 3136, 3136, 'rowdft', 'auto', 8, False, ('rowdft', 'torch', 'rowdft')),
+        ('cpu', F32, 3136, 3136, 'auto', 'onnx', 8, False, ('rowdft', 'onnx', 'rowdft_onnx')),
+        ('cpu', F32, 49, 97, 'auto', 'onnx', 8, False, ('toeplitz', 'torch', 'toeplitz')),
+        ('meta', F32, 3136, 3136, 'auto', 'auto', 8, False, ('fft', 'torch', 'fft_conv')),
+    ],
+)
+def test_plan(device, dtype, length, taps, method, engine, batch, grad, want):
+    plan = dispatch.long_conv_plan(device, dtype, length, taps, taps // 2, method, engine, batch, grad)
+    assert tuple(plan) == want
+    assert tuple(plan[:2]) == dispatch.long_conv_choice(device, dtype, length, taps, taps // 2, method, engine, batch,
+                                                        grad)  # fmt: skip
+
+
+@pytest.mark.skipif(not NATIVE, reason='the fused native kernels do not build here')
+def test_cpu_auto_plans_the_native_kernels():
+    assert tuple(dispatch.long_conv_plan('cpu', F32, 3136, 3136, 1567, 'auto', 'auto')) == ('fft', 'native', 'fft_conv')
+
+
+@pytest.mark.parametrize('engine', ['auto', 'torch'])
+def test_the_planned_operator_is_the_one_that_runs(engine):
+    x, k = torch.randn(2, 3, 50), torch.randn(3, 99)
+    plan = dispatch.long_conv_plan('cpu', x.dtype, 50, 99, 49, 'fft', engine, 2)
+    with RecordOps() as rec:
+        y = long_conv1d(x, k, zero_lag=49, method='fft', engine=engine)
+    ran = {n.split('.')[1] for n in rec.names if n.startswith('mrconvnext.')}
+    assert ran == {plan.operator}
+    torch.testing.assert_close(y, long_conv1d(x, k, zero_lag=49, method='direct'), rtol=1e-4, atol=1e-4)
+
+
+def _form(device='cuda', dtype=F32, method='auto', engine='auto', **facts):
+    kw = dict(batch_stats=True, plain=True, synchronized=False, whole_map=True) | facts
+    return dispatch.branch_sum_form(device, dtype, method, engine, **kw)
+
+
+def test_training_forms(monkeypatch):
+    assert _form() == 'fold'
+    assert _form(plain=False, synchronized=True) == 'fold'
+    assert _form(plain=False) == 'branches'  # another norm module: called as it is
+    assert _form(batch_stats=False) == 'branches'
+    assert _form(whole_map=False) == 'branches'  # statistics over part of the map
+    assert _form('cpu', engine='torch') == 'branches'
+    assert _form('cpu', plain=False, synchronized=True) == 'branches'
+    assert _form('cpu', dtype=BF16) == 'branches'
+    if NATIVE:
+        assert _form('cpu') == 'fused' and _form('cpu', method='fft', engine='native') == 'fused'
+        assert _form('cpu', method='toeplitz') == 'branches'
+    monkeypatch.setattr(dispatch, 'NO_FOLD_DEVICES', ())
+    assert _form('cpu', engine='torch') == 'fold'
+    monkeypatch.setattr(dispatch, 'NO_FOLD_DEVICES', ('cpu', 'cuda'))
+    assert _form() == 'branches'
