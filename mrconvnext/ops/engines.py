@@ -92,9 +92,10 @@ def resolve(
     ``'-'``)."""
     device = torch.device(device)
     if op == 'long_conv1d':
-        return long_conv_dispatch.long_conv_choice(
+        plan = long_conv_dispatch.long_conv_plan(
             device.type, dtype, length, taps, taps // 2, method, engine, batch, grad
         )
+        return plan.method, plan.engine
     if op == 'branch_conv_bn_sum':
         fused = (
             device.type == 'cpu'

@@ -16,6 +16,12 @@ from mrconvnext.ops.native_build import cxx_compiler
 from mrconvnext.ops.talk import dispatch as talk_dispatch
 from tests.limits import HANG_LIMIT_S
 
+
+def _choice(*args) -> tuple[str, str]:
+    """The plan's ``(method, engine)``."""
+    return tuple(long_conv_dispatch.long_conv_plan(*args)[:2])
+
+
 NATIVE = torch.backends.mkl.is_available() and cxx_compiler() is not None
 
 
@@ -160,10 +166,10 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
         monkeypatch.setattr(_flags, '_is_onnx_exporting', onnx)
         monkeypatch.setattr(torch.compiler, '_is_exporting_flag', exporting)
         return (
-            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'auto'),
-            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
-            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
-            long_conv_dispatch.long_conv_choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
+            _choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'auto'),
+            _choice('cpu', torch.float32, 196, 196, 97, 'auto', 'auto'),
+            _choice('cpu', torch.float32, 3136, 7, 3, 'auto', 'auto'),
+            _choice('cpu', torch.float32, 3136, 3136, 1567, 'fft', 'auto')[0],
             talk_dispatch.talk_engine('cpu', 'auto') == 'onnx',
             light_conv_dispatch.dynamic_conv_engine('cpu', 'auto'),
             light_conv_dispatch.dynamic_conv_engine('cpu', 'torch'),
@@ -171,12 +177,12 @@ def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):
 
     onnx = during(True, True)
     assert onnx[:3] == (('rowdft', 'onnx'), ('rowdft', 'onnx'), ('direct', 'torch'))
-    assert long_conv_dispatch.long_conv_choice('cpu', torch.float32, 49, 97, 48, 'auto', 'onnx') == (
+    assert _choice('cpu', torch.float32, 49, 97, 48, 'auto', 'onnx') == (
         'toeplitz',
         'torch',
     )
     assert onnx[3] == 'fft' and onnx[4] and onnx[5:] == ('onnx', 'torch')
-    choice = long_conv_dispatch.long_conv_choice
+    choice = _choice
     assert choice('cpu', torch.float32, 3136, 3136, 1567, 'auto', 'onnx') == ('rowdft', 'onnx')  # asked for
     assert choice('cpu', torch.float32, 3136, 3136, 1567, 'toeplitz', 'onnx') == ('toeplitz', 'torch')
     with pytest.raises(ValueError, match="engine='onnx' runs the matmul and direct methods, got method='fft'"):

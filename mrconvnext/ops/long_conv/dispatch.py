@@ -28,7 +28,6 @@ __all__ = [
     'FLASHFFT_DEVICES',
     'LongConvPlan',
     'long_conv_plan',
-    'long_conv_choice',
     'matmul_method',
     'fft_engine',
     'flashfft_fits',
@@ -118,7 +117,34 @@ def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
     return 'toeplitz' if length <= limit else 'rowdft'
 
 
-def long_conv_choice(
+class LongConvPlan(NamedTuple):
+    """One call's resolved plan. ``method``: the algorithm; ``engine``: the implementation; ``operator``: what runs
+    it, ``'fft_conv'`` (the per-device operator: the native kernels on the CPU, torch.fft elsewhere; what an
+    exported ``'auto'`` graph holds), ``'fft_conv_torch'`` (torch.fft on every device), ``'flashfft'``, ``'direct'``
+    (grouped ``conv1d``), ``'toeplitz'``, ``'rowdft'`` or ``'rowdft_onnx'`` (the ONNX export's layout)."""
+
+    method: str
+    engine: str
+    operator: str
+
+
+def _planned(method: str, resolved: str, asked: str, device_type: str) -> LongConvPlan:
+    """The plan of a resolved ``(method, engine)``, ``asked`` being the engine asked for (after any fallback): the
+    FFT runs on the per-device operator where the device's own engine does (the native kernels on the CPU, torch.fft
+    elsewhere for ``'auto'``), else on ``'fft_conv_torch'`` (``engine='torch'``, or a CPU whose native build failed)."""
+    if method == 'fft':
+        if resolved == 'flashfft':
+            operator = 'flashfft'
+        elif resolved == 'native' or (asked == 'auto' and device_type != 'cpu'):
+            operator = 'fft_conv'
+        else:
+            operator = 'fft_conv_torch'
+    else:
+        operator = 'rowdft_onnx' if resolved == 'onnx' else method
+    return LongConvPlan(method, resolved, operator)
+
+
+def long_conv_plan(
     device_type: str,
     dtype: torch.dtype,
     length: int,
@@ -128,8 +154,8 @@ def long_conv_choice(
     engine: str,
     batch: int | None = None,
     grad: bool = False,
-) -> tuple[str, str]:
-    """``(method, engine)`` that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
+) -> LongConvPlan:
+    """The plan (:class:`LongConvPlan`) that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
     (the input's, or autocast's where it is on) of ``length`` on ``device_type``, a kernel whose ``taps`` (with
     ``zero_lag``) reach it, ``batch`` sequences (None: not known), and (``grad``) a backward to come.
 
@@ -154,18 +180,20 @@ def long_conv_choice(
         # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
         direct = method == 'auto' and known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
         method = 'direct' if direct else matmul_method(length, ONNX_TOEPLITZ_MAX_LENGTH) if method == 'auto' else method
-        return method, ('onnx' if method == 'rowdft' else 'torch')
+        return _planned(method, 'onnx' if method == 'rowdft' else 'torch', engine, device_type)
     if method in ('direct', *MATMUL_METHODS):
         if engine == 'onnx' and method != 'rowdft':
-            return method, 'torch'  # the ONNX forms of the other two are the 'torch' engine's
+            return _planned(
+                method, 'torch', engine, device_type
+            )  # the ONNX forms of the other two are the 'torch' engine's
         if engine not in ('auto', 'torch'):
             raise ValueError(f"long_conv1d: method={method!r} runs on the 'torch' engine only, got engine={engine!r}")
-        return method, 'torch'
+        return _planned(method, 'torch', engine, device_type)
     if engine == 'onnx':
         raise ValueError(f"long_conv1d: engine='onnx' runs the matmul and direct methods, got method={method!r}")
     if engine == 'flashfft' or (engine == 'auto' and method == 'auto'):
         if flashfft_fits(device_type, dtype, length, taps, zero_lag):
-            return 'fft', 'flashfft'
+            return _planned('fft', 'flashfft', engine, device_type)
         if engine == 'flashfft':
             availability.warn_once(
                 'flashfft-fallback',
@@ -176,15 +204,15 @@ def long_conv_choice(
     if method == 'auto':
         direct = engine in ('auto', 'torch') and known_true(taps <= DIRECT_MAX_TAPS)
         if direct:
-            return 'direct', 'torch'
+            return _planned('direct', 'torch', engine, device_type)
         half_cuda = device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16)
         large = batch is not None and known_true(batch >= TOEPLITZ_MIN_BATCH)
         if engine in ('auto', 'torch') and half_cuda and large and not grad:
             if torch.compiler.is_compiling():  # inductor fuses the layout copies around the GEMMs
                 if isinstance(length, int):  # the matmul methods specialize on the length: a symbolic one takes fft
-                    return matmul_method(length), 'torch'
+                    return _planned(matmul_method(length), 'torch', engine, device_type)
             elif known_true(length <= TOEPLITZ_MAX_LENGTH):
-                return 'toeplitz', 'torch'
+                return _planned('toeplitz', 'torch', engine, device_type)
     if engine == 'native':
         if fft_engine(device_type, dtype) != 'native':
             why = (
@@ -195,47 +223,8 @@ def long_conv_choice(
             raise RuntimeError(
                 f'long_conv1d: the native FFT kernels run CPU tensors only ({why}); got {dtype} on {device_type}'
             )
-        return 'fft', 'native'
-    return 'fft', engine if engine == 'torch' else fft_engine(device_type, dtype)
-
-
-class LongConvPlan(NamedTuple):
-    """One call's resolved plan. ``method``: the algorithm; ``engine``: the implementation; ``operator``: what runs
-    it, ``'fft_conv'`` (the per-device operator: the native kernels on the CPU, torch.fft elsewhere; what an
-    exported ``'auto'`` graph holds), ``'fft_conv_torch'`` (torch.fft on every device), ``'flashfft'``, ``'direct'``
-    (grouped ``conv1d``), ``'toeplitz'``, ``'rowdft'`` or ``'rowdft_onnx'`` (the ONNX export's layout)."""
-
-    method: str
-    engine: str
-    operator: str
-
-
-def long_conv_plan(
-    device_type: str,
-    dtype: torch.dtype,
-    length: int,
-    taps: int,
-    zero_lag: int,
-    method: str,
-    engine: str,
-    batch: int | None = None,
-    grad: bool = False,
-) -> LongConvPlan:
-    """The plan of one convolution: :func:`long_conv_choice`'s ``(method, engine)`` and the operator that runs them.
-    The FFT runs on the per-device operator where the device's own engine does (the native kernels on the CPU,
-    torch.fft elsewhere, for ``engine='auto'``), else on ``'fft_conv_torch'`` (``engine='torch'``, or a CPU whose
-    native build failed)."""
-    chosen, resolved = long_conv_choice(device_type, dtype, length, taps, zero_lag, method, engine, batch, grad)
-    if chosen == 'fft':
-        if resolved == 'flashfft':
-            operator = 'flashfft'
-        elif resolved == 'native' or (engine == 'auto' and device_type != 'cpu'):
-            operator = 'fft_conv'
-        else:
-            operator = 'fft_conv_torch'
-    else:
-        operator = 'rowdft_onnx' if resolved == 'onnx' else chosen
-    return LongConvPlan(chosen, resolved, operator)
+        return _planned('fft', 'native', engine, device_type)
+    return _planned('fft', engine if engine == 'torch' else fft_engine(device_type, dtype), engine, device_type)
 
 
 def conv_bn_sum_available(x: torch.Tensor) -> bool:

@@ -41,7 +41,7 @@ def _get(n: int, dtype: torch.dtype, device: torch.device):
 def conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """``x (B, C, L)`` fp16/bf16, ``kernel (C, K)`` or ``(N, C, K)`` -> ``(B, C, L)`` / ``(B, N, C, L)``.
 
-    Callers check that it runs first; ``long_conv1d`` does (:func:`mrconvnext.ops.long_conv.dispatch.long_conv_choice`).
+    Callers check that it runs first; ``long_conv1d`` does (:func:`mrconvnext.ops.long_conv.dispatch.long_conv_plan`).
     """
     n = dispatch.flashfft_fft_size(x.shape[-1], kernel.shape[-1], zero_lag)
     conv = _get(n, x.dtype, x.device)

@@ -115,7 +115,7 @@ def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engi
     reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
     # the folded operators' convolutions run inside them, where no autograd records; their batch is a chunk of x's,
     # counted here as the whole batch
-    return dispatch.long_conv_choice(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad)[0]
+    return dispatch.long_conv_plan(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad).method
 
 
 def _branch_batch(method: str, B: int, C: int, M: int) -> tuple[int, int]:

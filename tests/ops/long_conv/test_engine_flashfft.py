@@ -14,6 +14,11 @@ from mrconvnext.ops.long_conv import engine_flashfft
 from tests.reference import shifted_sum_conv
 
 
+def _choice(*args) -> tuple[str, str]:
+    """The plan's ``(method, engine)``."""
+    return tuple(long_conv_dispatch.long_conv_plan(*args)[:2])
+
+
 class _ContractFlashFFTConv(nn.Module):
     """flashfftconv.FlashFFTConv as documented: checks its inputs, computes a circular FFT conv."""
 
@@ -56,7 +61,7 @@ def test_adapter_equals_torch_fft(stand_in, dtype, L, reach, causal):
     K, zero_lag = (reach, 0) if causal else (2 * reach - 1, reach - 1)
     x = torch.randn(2, 3, L).to(dtype)
     k = torch.randn(3, K) / K**0.5
-    assert long_conv_dispatch.long_conv_choice('cpu', dtype, L, K, zero_lag, 'auto', 'auto') == ('fft', 'flashfft')
+    assert _choice('cpu', dtype, L, K, zero_lag, 'auto', 'auto') == ('fft', 'flashfft')
     y = long_conv1d(x, k, zero_lag=zero_lag)  # auto picks flashfftconv
     assert _ContractFlashFFTConv.calls == 1 and y.dtype == dtype
     y_fft = long_conv1d(x, k, zero_lag=zero_lag, method='fft')
@@ -75,7 +80,7 @@ def test_adapter_stacked_kernels(stand_in):
 
 
 def test_unsupported_sizes_and_dtypes_fall_back(stand_in):
-    choice = long_conv_dispatch.long_conv_choice
+    choice = _choice
     assert choice('cpu', torch.float32, 64, 127, 63, 'auto', 'auto')[1] != 'flashfft'  # float32 stays exact
     assert choice('cpu', torch.bfloat16, 49, 97, 48, 'auto', 'auto')[1] != 'flashfft'  # odd L
     assert not long_conv_dispatch.flashfft_fits('cpu', torch.bfloat16, 302, 3, 1)  # n = 512 needs L % 4 == 0
