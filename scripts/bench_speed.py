@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import ROOT, Column, format_table, write_csv
+from _bench import ROOT, Column, format_table, write_csv, write_doc_section
 
 
 @dataclass(frozen=True)
@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--runs', type=int, default=5, help='independent runs, each an eval and a training process')
     p.add_argument('--device', default='cpu', help='the targets are CPU targets; the header names the CPU')
     p.add_argument('--out-prefix', default='results/speed_targets', help='writes PREFIX.csv and PREFIX.md')
+    p.add_argument('--doc', action='store_true', help='also write the tables as a section of docs/benchmarks.md')
     return p
 
 
@@ -345,6 +346,22 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     md_path = prefix.with_name(prefix.name + '.md')
     md_path.write_text('\n'.join(md) + '\n')
     print(f'\nwrote {csv_path} and {md_path}')
+    if args.doc:
+        shown = [a for a in argv if a != '--doc']
+        if '--out-prefix' in shown:  # where the files went is not part of the measurement
+            del shown[shown.index('--out-prefix') : shown.index('--out-prefix') + 2]
+        title = f'Speed targets on the CPU: {args.mr_model} and {args.talk_model} against {args.baseline}'
+        lines = [
+            md_header,
+            '',
+            *markdown_table(summary, columns),
+            '',
+            'Per run:',
+            '',
+            *markdown_table(per_run, RAW_COLUMNS),
+        ]
+        doc = write_doc_section('speed_targets', title, shlex.join(['python', 'scripts/bench_speed.py', *shown]), lines)
+        print(f'wrote {doc}')
     return summary
 
 

@@ -175,7 +175,7 @@ def models_worker(case: dict) -> dict:
     import torch
 
     import mrconvnext  # noqa: F401 - registers the TaLK-ConvNeXt models with timm
-    from mrconvnext.ops.engines import talk_engine
+    from mrconvnext.ops.talk.dispatch import talk_engine
 
     threads = setup_torch(case['threads'])
     names = case['models']

@@ -107,16 +107,25 @@ def set_method(model, method: str) -> None:
     if method == 'auto':
         return
     if method != 'mixed':  # the package's own setter ('matmul' included)
-        from mrconvnext.models import set_engine
+        try:
+            from mrconvnext.models import set_engine
+        except ImportError:  # a checkout from before set_engine (the cost model's --code)
+            from mrconvnext.tools.common import set_mixer_method
 
-        set_engine(model, method=method, engine='auto')
+            set_mixer_method(model, method)
+        else:
+            set_engine(model, method=method, engine='auto')
         return
     from mrconvnext.layers import MRConv1d
-    from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
+
+    try:
+        from mrconvnext.ops.long_conv.dispatch import TOEPLITZ_MAX_LENGTH
+    except ImportError:  # a checkout from before the family dispatch modules
+        from mrconvnext.ops.engines import TOEPLITZ_MAX_LENGTH
 
     for m in model.modules():
         if isinstance(m, MRConv1d):
-            m.method = 'fft' if m.seq_len > long_conv_dispatch.TOEPLITZ_MAX_LENGTH else 'toeplitz'
+            m.method = 'fft' if m.seq_len > TOEPLITZ_MAX_LENGTH else 'toeplitz'
             m.engine = 'auto'
 
 

@@ -31,7 +31,7 @@ __all__ = [
 
 def synchronized(bn: nn.Module) -> bool:
     """Whether ``bn`` is a BatchNorm synchronized over the default process group: torch's ``SyncBatchNorm``, or a
-    module whose class sets ``synchronized_statistics = True`` (the tools' ``DistBatchNorm``)."""
+    module whose class sets ``synchronized_statistics = True`` (:class:`~mrconvnext.layers.sync_bn.DistBatchNorm`)."""
     sync = isinstance(bn, nn.SyncBatchNorm) or getattr(type(bn), 'synchronized_statistics', False)
     return bool(sync) and getattr(bn, 'process_group', None) is None
 

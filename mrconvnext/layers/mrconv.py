@@ -166,7 +166,7 @@ class MRConv1d(ScriptedInPython):
             ``m``. Default 1.
         method: ``'auto'``, ``'fft'`` or ``'direct'``, passed to :func:`~mrconvnext.ops.long_conv1d`.
         engine: ``'auto'``, ``'native'``, ``'torch'`` or ``'flashfft'``, passed to it too
-            (:mod:`mrconvnext.ops.engines`).
+            (:mod:`mrconvnext.ops.long_conv.dispatch`).
         backend: deprecated spelling of ``method`` (``'fft'`` / ``'direct'``) or ``engine`` (``'flashfft'``).
     """
 

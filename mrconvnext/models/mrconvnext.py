@@ -69,7 +69,8 @@ class MRConvNeXt(MixerConvNeXt):
             (:func:`~mrconvnext.models.load_convnext_weights`) do not fit the wider layers.
         lag_remap: the mixers' rule at other input sizes (:class:`~mrconvnext.layers.MRConv2d`): ``'split'``
             (default), ``'conv2d'`` (the exact 2-D convolution of the nominal layer) or ``'none'``.
-        method: the mixers' convolution method (``'auto'``, ``'fft'``, ``'direct'``; :mod:`mrconvnext.ops.engines`).
+        method: the mixers' convolution method (``'auto'``, ``'fft'``, ``'direct'``, ``'toeplitz'``, ``'rowdft'``;
+            :mod:`mrconvnext.ops.long_conv.dispatch`).
         engine: the mixers' engine (``'auto'``, ``'native'``, ``'torch'``, ``'flashfft'``).
         backend: deprecated spelling of ``method`` / ``engine`` (configs that hold it still load, with a warning).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments (``img_size``, ``deploy``,

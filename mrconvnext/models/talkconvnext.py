@@ -42,7 +42,7 @@ class TaLKConvNeXt(MixerConvNeXt):
         causal: windows that only look back in raster order (1-D: ``max_right = 0``; 2-D: boxes reaching up and left
             only); the paper's decoder setting, off for images.
         engine: the mixers' TaLK engine (``'auto'``: Triton on CUDA, the native kernels on the CPU where they build,
-            else PyTorch; :mod:`mrconvnext.ops.engines`).
+            else PyTorch; :mod:`mrconvnext.ops.talk.dispatch`).
         backend: deprecated spelling of ``engine`` (configs that hold it still load, with a warning).
         **kwargs: :class:`MixerConvNeXt` / timm ``ConvNeXt`` arguments.
     """

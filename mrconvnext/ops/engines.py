@@ -97,12 +97,10 @@ def resolve(
         )
         return plan.method, plan.engine
     if op == 'branch_conv_bn_sum':
-        fused = (
-            device.type == 'cpu'
-            and dtype in (torch.float32, torch.float64)
-            and availability.native_available(availability.FFTCONV_EXT)
+        form = long_conv_dispatch.branch_sum_form(
+            device.type, dtype, method, engine, batch_stats=True, plain=True, synchronized=False
         )
-        return '-', ('native' if fused else 'none (the layers use F.batch_norm)')
+        return '-', ('native' if form == 'fused' else f'none (the layers train in the {form!r} form)')
     if op in ('talk1d', 'talk2d'):
         return '-', talk_dispatch.talk_engine(device, engine)
     if op == 'dynamic_conv1d':

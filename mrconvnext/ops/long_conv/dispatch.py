@@ -46,7 +46,8 @@ MATMUL_METHODS = ('toeplitz', 'rowdft')
 
 LONG_CONV_ENGINES = ('auto', 'native', 'torch', 'flashfft', 'onnx')
 
-# The direct convolution's reach: up to here it beat the FFT on the CPU at ConvNeXt-T's stage lengths, beyond it lost
+# The direct convolution's reach. On the CPU it beats the FFT up to about this many taps at the short stage lengths
+# (196, 49), while at 3136 the native FFT kernels win from 7 taps on: a length-aware rule is open
 # (`python scripts/bench_mrconv.py --crossover --doc`, docs/benchmarks.md).
 DIRECT_MAX_TAPS = 64
 
@@ -130,15 +131,14 @@ class LongConvPlan(NamedTuple):
 
 def _planned(method: str, resolved: str, asked: str, device_type: str) -> LongConvPlan:
     """The plan of a resolved ``(method, engine)``, ``asked`` being the engine asked for (after any fallback): the
-    FFT runs on the per-device operator where the device's own engine does (the native kernels on the CPU, torch.fft
-    elsewhere for ``'auto'``), else on ``'fft_conv_torch'`` (``engine='torch'``, or a CPU whose native build failed)."""
+    FFT runs on ``'fft_conv_torch'`` where ``engine='torch'`` was asked for, else on the per-device operator (the
+    native kernels on the CPU, torch.fft elsewhere), which is what an exported ``'auto'`` graph holds, so that it
+    runs the native kernels wherever they build."""
     if method == 'fft':
         if resolved == 'flashfft':
             operator = 'flashfft'
-        elif resolved == 'native' or (asked == 'auto' and device_type != 'cpu'):
-            operator = 'fft_conv'
         else:
-            operator = 'fft_conv_torch'
+            operator = 'fft_conv_torch' if asked == 'torch' else 'fft_conv'
     else:
         operator = 'rowdft_onnx' if resolved == 'onnx' else method
     return LongConvPlan(method, resolved, operator)

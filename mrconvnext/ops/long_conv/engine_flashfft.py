@@ -8,7 +8,8 @@ for ``n`` in {512, 2048}). It is a circular convolution, so the caller lays the 
 the circle (:func:`~mrconvnext.ops.long_conv.layout.circular_kernel`) with ``n`` large enough to avoid
 wrap-around.
 
-Whether it is installed and which sizes it takes is :mod:`mrconvnext.ops.engines`' business. Used automatically only for fp16/bf16 CUDA inputs (where reduced precision was already chosen);
+Whether it is installed is :mod:`mrconvnext.ops.availability`'s business, which sizes it takes
+:mod:`mrconvnext.ops.long_conv.dispatch`'s. Used automatically only for fp16/bf16 CUDA inputs (where reduced precision was already chosen);
 float32 inputs keep the exact float32 ``torch.fft`` path. Instances hold DFT buffers and are
 cached here, outside any ``nn.Module``, so they never enter a ``state_dict``.
 """

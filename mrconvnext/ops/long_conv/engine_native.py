@@ -1,6 +1,6 @@
 """The ``'native'`` engine of the FFT convolution: the fused C++ CPU kernels of ``kernels/fftconv`` (float32 /
 float64; the same arithmetic as :mod:`.engine_torch`, one task per block of channels with its buffers in cache).
-They are built and loaded by :mod:`mrconvnext.ops.engines`."""
+They are built and loaded by :mod:`mrconvnext.ops.availability`."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 torch.compile, torch.export and the meta device see through them; autograd is registered on the operator.
 
 ``mrconvnext::fft_conv(x, kernel, zero_lag, bias) -> y (B, N, C, L)`` dispatches per device, as ATen's FFT does: the
-fused native kernels for float32 / float64 CPU tensors (torch.fft, after one warning, where they do not build),
-torch.fft in chunks on every other device. ``mrconvnext::fft_conv_torch`` is the torch.fft engine on every device
+fused native kernels for float32 / float64 CPU tensors (torch.fft, after one warning, where they do not build: the
+device's kernel knows what is built, as ATen's do, so an exported program runs wherever it is loaded), torch.fft in
+chunks on every other device. ``mrconvnext::fft_conv_torch`` is the torch.fft engine on every device
 (``engine='torch'``). Both take the kernel in the lag convention and choose the crop and the FFT size inside, from
 the concrete sizes: a traced graph holds no FFT size, so it serves every input length without a recompile.
 

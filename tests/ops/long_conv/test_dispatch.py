@@ -37,6 +37,16 @@ def test_cpu_auto_plans_the_native_kernels():
     assert tuple(dispatch.long_conv_plan('cpu', F32, 3136, 3136, 1567, 'auto', 'auto')) == ('fft', 'native', 'fft_conv')
 
 
+def test_without_native_kernels_auto_keeps_the_per_device_operator(monkeypatch):
+    """Where the native kernels are off, 'auto' still plans the per-device operator (its CPU kernel runs torch.fft),
+    so a program exported there runs the native kernels where they build."""
+    monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
+    assert tuple(dispatch.long_conv_plan('cpu', F32, 3136, 3136, 1567, 'auto', 'auto')) == ('fft', 'torch', 'fft_conv')
+    assert dispatch.branch_sum_form('cpu', F32, 'auto', 'auto', batch_stats=True, plain=True, synchronized=False) == (
+        'branches'
+    )
+
+
 @pytest.mark.parametrize('engine', ['auto', 'torch'])
 def test_the_planned_operator_is_the_one_that_runs(engine):
     x, k = torch.randn(2, 3, 50), torch.randn(3, 99)
