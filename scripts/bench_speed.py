@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             del shown[shown.index('--out-prefix') : shown.index('--out-prefix') + 2]
         title = f'Speed targets on the CPU: {args.mr_model} and {args.talk_model} against {args.baseline}'
         lines = [
-            md_header,
+            md_header.split('; command:')[0],  # the section names its command itself
             '',
             *markdown_table(summary, columns),
             '',
