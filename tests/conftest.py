@@ -38,12 +38,29 @@ def _fresh_seed(request):
     yield
 
 
+_GROUP_LOST = (
+    "--dist loadgroup ignored this test's xdist_group mark: with this pytest, pytest-xdist spreads a group over the "
+    "workers (pytest-xdist issue 1386), and each worker would rebuild the group's session fixtures; install pytest<9.2 "
+    'as the [test] extra says'
+)
+_LOST = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's hook, which writes the group into the node id
 def pytest_collection_modifyitems(config, items):
     """``-m triton`` selects the Triton kernels' tests: the engine_triton test files and every test parametrized
-    with the 'triton' engine (the interpreter without a GPU)."""
+    with the 'triton' engine (the interpreter without a GPU). Under ``--dist loadgroup``, a grouped test whose node
+    id did not take its group fails at setup with the reason instead of running ungrouped."""
     for item in items:
         params = getattr(getattr(item, 'callspec', None), 'params', {})
         if item.path.name == 'test_engine_triton.py' or any(
             isinstance(v, str) and v == 'triton' for v in params.values()
         ):
             item.add_marker(pytest.mark.triton)
+        if config.getoption('loadgroup', False) and item.get_closest_marker('xdist_group') and '@' not in item.nodeid:
+            item.stash[_LOST] = True
+
+
+def pytest_runtest_setup(item):
+    if item.stash.get(_LOST, False):
+        pytest.fail(_GROUP_LOST, pytrace=False)

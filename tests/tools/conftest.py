@@ -64,6 +64,7 @@ def validated(trained_run, digits_dir, tmp_path_factory) -> dict:
 _RUN_FIXTURES = {'digits_dir', 'trained_run', 'validated'}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under xdist (``--dist loadgroup``) every test of the one digits training run goes to the same worker, so the
     session fixtures above train once per run, not once per worker."""
