@@ -125,9 +125,10 @@ elif want 03; then
   printf '03_eager_table\tskipped\t0\n' >> "$out/steps.tsv"
 fi
 step 04_dwconv_budget 90 "$PY" scripts/bench_dwconv_gpu.py "${dwconv[@]}" --out "$out"
-# four workers where pytest-xdist is there: the suite's time is mostly Triton's compiles, on the CPU
+# four workers where pytest-xdist is there: the suite's time is mostly Triton's compiles, on the CPU (not in a dry
+# run, where every CUDA test skips and four workers would only start four interpreters)
 xdist=()
-"$PY" -c 'import xdist' 2> /dev/null && xdist=(-n 4)
+[ "$dry" = 0 ] && "$PY" -c 'import xdist' 2> /dev/null && xdist=(-n 4)
 step 05_cuda_suite 300 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider ${xdist[@]+"${xdist[@]}"} tests/cuda \
   -k 'not compile'
 step 06_ops_talk 120 "$PY" scripts/bench_talk_gpu.py ${ops[@]+"${ops[@]}"} --out "$out"

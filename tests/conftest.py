@@ -11,10 +11,15 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
-# Inductor's and Triton's caches of this run go to a folder of its own (per xdist worker: a worker replaces what it
-# inherits from the controller), removed when the session ends: a run neither reads another run's compiled code nor
-# leaves hundreds of MB behind. Set before torch._inductor or triton reads them; the tests' subprocesses inherit them.
-_CACHE = tempfile.mkdtemp(prefix=f'mrconvnext-tests-{os.environ.get("PYTEST_XDIST_WORKER", "main")}-')
+# Inductor's and Triton's caches of this run go to a folder of its own, removed when the session ends: a run neither
+# reads another run's compiled code nor leaves hundreds of MB behind. xdist's workers inherit the folder from the
+# controller and share it (inductor's caches take concurrent processes, as torchrun's ranks do): a kernel or
+# precompiled header that one worker built is not built again by the other. Set before torch._inductor or triton read
+# them; the tests' subprocesses inherit them.
+_OWN_CACHE = 'MRCONVNEXT_TEST_CACHE' not in os.environ or 'PYTEST_XDIST_WORKER' not in os.environ
+if _OWN_CACHE:
+    os.environ['MRCONVNEXT_TEST_CACHE'] = tempfile.mkdtemp(prefix='mrconvnext-tests-')
+_CACHE = os.environ['MRCONVNEXT_TEST_CACHE']
 os.environ['TORCHINDUCTOR_CACHE_DIR'] = os.path.join(_CACHE, 'inductor')
 os.environ['TRITON_CACHE_DIR'] = os.path.join(_CACHE, 'triton')
 
@@ -26,7 +31,8 @@ if _WORKERS > 1:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_CACHE, ignore_errors=True)
+    if _OWN_CACHE:  # the controller, after its workers have finished
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +52,22 @@ _GROUP_LOST = (
 _LOST = pytest.StashKey[bool]()
 
 
+# The files whose tests take the longest (pytest --durations), run first: xdist hands work out in
+# collection order, and a long test taken up last leaves the other worker idle at the end of the run.
+_LONG_FIRST = [
+    'compile/test_compile.py',
+    'tools/test_gpu_check.py',
+    'tools/test_export.py',
+    'compile/test_families.py',
+    'ops/talk/test_engine_triton.py',
+    'ops/light_conv/test_engine_triton.py',
+    'tools/test_timm_scripts.py',
+    'tools/test_bench_speed.py',
+    'ops/test_native_build.py',
+    'tools/test_gpu_profile.py',
+]
+
+
 @pytest.hookimpl(trylast=True)  # after xdist's hook, which writes the group into the node id
 def pytest_collection_modifyitems(config, items):
     """``-m triton`` selects the Triton kernels' tests: the engine_triton test files and every test parametrized
@@ -59,6 +81,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.triton)
         if config.getoption('loadgroup', False) and item.get_closest_marker('xdist_group') and '@' not in item.nodeid:
             item.stash[_LOST] = True
+    tests = os.path.join(os.path.dirname(__file__), '')
+    rank = {os.path.join(tests, name): i for i, name in enumerate(_LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: the rest keep their order
 
 
 def pytest_runtest_setup(item):
