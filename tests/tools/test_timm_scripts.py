@@ -110,7 +110,9 @@ FAMILIES = ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'ligh
 def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     """What timm's ``onnx_export.py --reparam [--dynamo]`` and ``onnx_validate.py`` call (the scripts are not in the
     wheel): ``timm.utils.onnx.onnx_export`` with its own forward check, then an onnxruntime session over new images
-    against PyTorch. Every family, with the TorchScript exporter (the script's default) and the dynamo one."""
+    against PyTorch. Every family, with the TorchScript exporter (the script's default) and the dynamo one; the dynamo
+    export at the nominal size is also the plain ``torch.onnx.export(..., dynamo=True)`` check of the deployed
+    models (tests/compile/test_families.py exports them at another size)."""
     pytest.importorskip('onnxruntime')
     import onnx
     import onnxruntime as ort
@@ -132,4 +134,4 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
     with torch.no_grad():
         ref = model(x)
-    assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)
+    assert (y - ref).abs().max().item() <= 1e-4  # float32 logits (tests/compile/test_families.py's bound)
