@@ -1,6 +1,5 @@
 """The native-kernel build cache and loader (the kernels themselves are tested through their ops)."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -33,7 +32,29 @@ def test_cache_key_covers_content_not_location(tmp_path):
     assert native_build.cache_key(availability.TALK_EXT, b) != key
 
 
-BUILD = 'import sys\nfrom mrconvnext.ops import availability\nprint(availability.build_native(availability.TALK_EXT).__file__)\n'
+# A stand-in extension with the layout of the real ones (a source and a header beside it), which compiles in about a
+# second: the machinery under test is the cache, the lock and the loader (the real kernels build once per test run,
+# for the ops' tests, and are tested there).
+STUB_EXT = 'mrconvnext_stub_cpu'
+STUB_SOURCE = """#include <Python.h>
+#include "stub_value.h"
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+static struct PyModuleDef stub_module = {PyModuleDef_HEAD_INIT, "stub", nullptr, -1, nullptr};
+PyMODINIT_FUNC CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
+  PyObject *m = PyModule_Create(&stub_module);
+  if (m != nullptr) PyModule_AddIntConstant(m, "value", STUB_VALUE);
+  return m;
+}
+"""
+BUILD = (
+    'import sys\n'
+    'from pathlib import Path\n'
+    'from mrconvnext.ops import native_build\n'
+    f'm = native_build.build_extension({STUB_EXT!r}, Path(sys.argv[1]), "stub.cpp", Path(sys.argv[2]))\n'
+    'assert m.value == 7\n'
+    'print(m.__file__)\n'
+)
 
 
 @pytest.mark.skipif(cxx_compiler() is None, reason='no C++ compiler')
@@ -41,15 +62,21 @@ def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
     """Two processes start at once on an empty cache, with the same kernel sources at two locations (a checkout and
     an installed wheel, two environments): one builds, saying so on stderr, the other waits for it and loads its
     library. A third process later loads it silently, without a compiler run."""
-    talk = availability.native_sources_dir() / 'talk'
-    dirs = [_copy_sources(talk, tmp_path / name / 'talk').parent for name in ('checkout', 'site-packages')]
+    dirs = []
+    for name in ('checkout', 'site-packages'):
+        d = tmp_path / name / 'stub'
+        d.mkdir(parents=True)
+        (d / 'stub.cpp').write_text(STUB_SOURCE)
+        (d / 'stub_value.h').write_text('#define STUB_VALUE 7\n')
+        dirs.append(d)
     cache = tmp_path / 'cache'
 
     def start(kernel_dir: Path) -> subprocess.Popen:
-        env = dict(os.environ, MRCONVNEXT_EXT_DIR=str(cache), MRCONVNEXT_KERNEL_DIR=str(kernel_dir))
-        env.pop('MRCONVNEXT_DISABLE_NATIVE', None)
         return subprocess.Popen(
-            [sys.executable, '-c', BUILD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, '-c', BUILD, str(kernel_dir), str(cache)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     procs = [start(d) for d in dirs]
@@ -57,7 +84,7 @@ def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
     for p, (_, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, err
     errs = [err for _, err in results]
-    announced = [err.count('mrconvnext: building the native CPU kernels mrconvnext_talk_cpu') for err in errs]
+    announced = [err.count(f'mrconvnext: building the native CPU kernels {STUB_EXT}') for err in errs]
     assert sorted(announced) == [0, 1], errs
     # the other one waited on the lock (or, started late on a loaded machine, found the build done)
     other = errs[announced.index(0)].strip()
@@ -66,14 +93,14 @@ def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
     assert len(libraries) == 1 and len(list(cache.iterdir())) == 1, (libraries, list(cache.iterdir()))
     (library,) = libraries
     assert Path(library).parent.parent == cache
-    compiles = (Path(library).parent / '.ninja_log').read_text().count('talk_cpu.o')
+    compiles = (Path(library).parent / '.ninja_log').read_text().count('stub.o')
     assert compiles == 1
 
     later = start(dirs[0])
     out, err = later.communicate(timeout=HANG_LIMIT_S)
     assert later.returncode == 0 and out.strip() == library
     assert 'building' not in err and 'waiting' not in err, err
-    assert (Path(library).parent / '.ninja_log').read_text().count('talk_cpu.o') == 1
+    assert (Path(library).parent / '.ninja_log').read_text().count('stub.o') == 1
 
 
 def test_no_stray_cuda_notice_on_import():
@@ -89,3 +116,14 @@ def test_no_stray_cuda_notice_on_import():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=HANG_LIMIT_S)
     assert out.returncode == 0, out.stderr
     assert 'No CUDA runtime' not in out.stderr + out.stdout
+
+
+def test_environment_names_the_sources_and_the_cache(tmp_path, monkeypatch):
+    """MRCONVNEXT_KERNEL_DIR and MRCONVNEXT_EXT_DIR (a checkout's sources, a shared cache) are where the build of
+    the real extensions reads and writes."""
+    monkeypatch.setenv('MRCONVNEXT_KERNEL_DIR', str(tmp_path / 'kernels'))
+    monkeypatch.setenv('MRCONVNEXT_EXT_DIR', str(tmp_path / 'cache'))
+    assert availability.native_sources_dir() == tmp_path / 'kernels'
+    assert availability.build_root() == tmp_path / 'cache'
+    monkeypatch.delenv('MRCONVNEXT_KERNEL_DIR')
+    assert (availability.native_sources_dir() / 'talk' / 'talk_cpu.cpp').is_file()
