@@ -109,8 +109,15 @@ def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout)
     gather kernels (forced by PLANE_MAX_LENGTH = 0) give the same y, dx and doffsets, in the same layout (float32
     accumulation both, summed in another order: float16 results can round one unit apart)."""
     from mrconvnext.ops.talk import engine_triton as tt
+    from mrconvnext.ops.talk import triton_plane, triton_table
 
-    B, C, H, S = 2, 32, 2, 12  # 144 positions: more than one block of the plane products (64) and the gathers (128)
+    # 144 positions: more than one block of the plane products (64 inputs, 16 outputs per step) and of the gathers
+    # (128 positions per program, 1-D and the 2-D forward); 16 channels per head: two steps of the gathers' 8. One
+    # image: the interpreter's time grows with the programs (one per image and head), and the batch strides of both
+    # kernel families are checked against the references in test_api.py (two images there).
+    B, C, H, S = 1, 32, 2, 12
+    assert S * S > max(triton_plane.plane_blocks(C // H)['BLOCK_J'], triton_table.TABLE_BLOCK_L)
+    assert S * S <= tt.PLANE_MAX_LENGTH and C // H > triton_table.TABLE_BLOCK_R
     x = torch.randn(B, C, S * S) if dims == 1 else torch.randn(B, C, S, S)
     x = x.to(dtype)
     if layout == 'channels_last':
