@@ -3,7 +3,14 @@ import shutil
 import tempfile
 
 import pytest
-import torch
+
+# Inductor's C++ for the CPU as scalar loops (what it generates where the CPU has no vector ISA it supports): it
+# compiles in about 60 % of the time of the vectorized code, and the compile tests are mostly that compile. The
+# deployed model's compile test (tests/compile/test_compile.py) switches this machine's vector ISA back on. Set before
+# torch._inductor reads it; the tests' subprocesses inherit it.
+os.environ.setdefault('TORCHINDUCTOR_VEC_ISA_OK', '0')
+
+import torch  # noqa: E402
 
 # Triton's interpreter runs the Triton kernels on CPU tensors; it is chosen when the kernels are defined (the first
 # import of a Triton kernel module of mrconvnext.ops), so it is set here, before any test imports them. With a GPU the kernels are

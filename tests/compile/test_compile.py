@@ -5,12 +5,14 @@ Tolerances: float32, relative to the largest magnitude of the compared tensor; i
 (LayerNorm, matmuls), so compiled and eager agree to float32 rounding accumulated over the network, not bitwise.
 """
 
+import contextlib
 import copy
 import functools
 
 import pytest
 import timm
 import torch
+import torch._inductor.config
 
 import mrconvnext  # noqa: F401  (registers the models)
 
@@ -36,6 +38,22 @@ def _reset_dynamo():
     torch._dynamo.reset()
 
 
+@contextlib.contextmanager
+def _vectorized():
+    """Inductor's CPU code vectorized for this machine's ISA, as outside the tests. Inductor caches the ISAs it finds
+    usable on first use, under the setting of that moment, so the cache is cleared on the way in and out."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa, valid_vec_isa_list
+
+    valid_vec_isa_list.cache_clear()
+    try:
+        with torch._inductor.config.patch({'cpp.vec_isa_ok': None}):
+            if torch.backends.cpu.get_cpu_capability() in ('AVX2', 'AVX512'):
+                assert pick_vec_isa(), 'inductor found no vector ISA on a CPU with AVX2'
+            yield
+    finally:
+        valid_vec_isa_list.cache_clear()
+
+
 @pytest.mark.parametrize('deployed', [False, True])
 def test_mrconvnext_eval_fullgraph(deployed):
     """Inductor against eager at sizes other than the nominal 224 (the adapted kernels); the deployed form also at a
@@ -46,7 +64,9 @@ def test_mrconvnext_eval_fullgraph(deployed):
     # fullgraph=True raises at the first call on any graph break (a separate torch._dynamo.explain trace doubled the
     # capture time for the same check)
     compiled = torch.compile(model, fullgraph=True, dynamic=False)
-    with torch.no_grad():
+    # the deployed model, the one users compile for inference, in this machine's vectorized C++ (tests/conftest.py
+    # makes inductor's CPU code scalar elsewhere)
+    with torch.no_grad(), _vectorized() if deployed else contextlib.nullcontext():
         # a new batch and input size (one recompile) for the deployed form; the branched form (slow to compile:
         # every branch kernel is traced) at one size
         for shape in [(2, 3, 64, 64), (3, 3, 96, 64)][: 2 if deployed else 1]:
