@@ -7,6 +7,7 @@ so that no forward pass waits for a compiler, and exits with status 1, saying wh
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import warnings
 
@@ -56,13 +57,21 @@ def report() -> str:
 
 
 def build_all() -> int:
-    """Build (or find in the cache) every native extension; 0 if all are usable, else 1 with the reasons on
-    stderr."""
+    """Build (or find in the cache) every native extension, compiling them in parallel; 0 if all are usable, else 1
+    with the reasons on stderr."""
     if availability.native_disabled():
         print('mrconvnext: native kernels disabled by MRCONVNEXT_DISABLE_NATIVE; nothing to build', file=sys.stderr)
         return 1
+    exts = (availability.TALK_EXT, availability.FFTCONV_EXT)
+    # the compilers of the extensions not built yet run at once, one process each (the cache's lock keeps them apart
+    # from any other process building the same); then each loads here, or, where its process failed, is built here
+    # again to give the reason
+    code = 'import sys\nfrom mrconvnext.ops import availability\navailability.build_native(sys.argv[1])\n'
+    procs = [subprocess.Popen([sys.executable, '-c', code, ext]) for ext in exts if not availability.native_built(ext)]
+    for proc in procs:
+        proc.wait()
     failed = 0
-    for ext in (availability.TALK_EXT, availability.FFTCONV_EXT):
+    for ext in exts:
         try:
             module = availability.build_native(ext)
         except Exception as exc:  # noqa: BLE001 - report every failure, then exit non-zero

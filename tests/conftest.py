@@ -1,3 +1,5 @@
+import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -35,6 +37,21 @@ os.environ['TRITON_CACHE_DIR'] = os.path.join(_CACHE, 'triton')
 _WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
+
+
+def pytest_configure(config):
+    """Under xdist, the controller builds the native CPU kernels (both at once, where they are not in the cache yet)
+    before the workers start: otherwise the first worker to collect compiles them one after the other while the other
+    waits on the build lock. A failed build is left to the tests that need it to report."""
+    if 'PYTEST_XDIST_WORKER' in os.environ or not getattr(config.option, 'numprocesses', None):
+        return
+    from mrconvnext import engines
+    from mrconvnext.ops import availability
+    from mrconvnext.ops.native_build import cxx_compiler
+
+    if not availability.native_disabled() and cxx_compiler() is not None:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            engines.build_all()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-from .native_build import build_extension
+from .native_build import build_extension, is_built
 
 __all__ = [
     'TALK_EXT',
@@ -30,6 +30,7 @@ __all__ = [
     'build_native',
     'load_native',
     'native_available',
+    'native_built',
     'native_error',
     'native_reason',
     'native_disabled',
@@ -105,6 +106,12 @@ def build_native(ext: str, verbose: bool = False) -> ModuleType:
         module = build_extension(ext, native_sources_dir() / family, source, build_root(), verbose=verbose)
         _modules[ext] = module
         return module
+
+
+def native_built(ext: str) -> bool:
+    """Whether ``ext`` lies built in the cache for these sources and this torch (loading it compiles nothing)."""
+    family, _ = _SOURCES[ext]
+    return is_built(ext, native_sources_dir() / family, build_root())
 
 
 def load_native(ext: str) -> ModuleType | None:

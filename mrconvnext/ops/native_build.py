@@ -29,7 +29,16 @@ from types import ModuleType
 
 import torch
 
-__all__ = ['CFLAGS', 'LDFLAGS', 'build_extension', 'cache_key', 'cxx_compiler', 'ensure_ninja', 'import_cpp_extension']
+__all__ = [
+    'CFLAGS',
+    'LDFLAGS',
+    'build_extension',
+    'cache_key',
+    'cxx_compiler',
+    'ensure_ninja',
+    'import_cpp_extension',
+    'is_built',
+]
 
 # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
 # libgomp torch already loaded (same soname).
@@ -134,6 +143,15 @@ def _import_library(path: Path) -> ModuleType:
     return module
 
 
+def _build_dir(name: str, source_dir: Path, cache_root: Path) -> Path:
+    return cache_root / f'{name}-{cache_key(name, source_dir)[:20]}'
+
+
+def is_built(name: str, source_dir: Path, cache_root: Path) -> bool:
+    """Whether :func:`build_extension` would load ``name`` from ``cache_root`` without compiling."""
+    return (_build_dir(name, source_dir, cache_root) / _DONE).is_file()
+
+
 def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, *, verbose: bool = False) -> ModuleType:
     """The CPU extension ``name`` compiled from ``source_dir / source`` (headers beside it), loaded from
     ``cache_root`` if this content was built there for this torch and compiler, else built first (once across
@@ -142,7 +160,7 @@ def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, 
         raise FileNotFoundError(
             f'native kernel source not found: {source_dir / source} (set MRCONVNEXT_KERNEL_DIR to the kernels/ folder)'
         )
-    build_dir = cache_root / f'{name}-{cache_key(name, source_dir)[:20]}'
+    build_dir = _build_dir(name, source_dir, cache_root)
     done = build_dir / _DONE
     if done.is_file():
         return _import_library(build_dir / done.read_text().strip())
