@@ -1,8 +1,6 @@
 """The resolver (mrconvnext.ops.engines): what 'auto' picks for each operator, device, dtype and size, the errors for
 bad or unavailable choices, the deprecated ``backend`` spelling, and the ``python -m mrconvnext.engines`` report."""
 
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -14,7 +12,6 @@ from mrconvnext.ops.light_conv import dispatch as light_conv_dispatch
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from mrconvnext.ops.native_build import cxx_compiler
 from mrconvnext.ops.talk import dispatch as talk_dispatch
-from tests.limits import HANG_LIMIT_S
 
 
 def _choice(*args) -> tuple[str, str]:
@@ -128,33 +125,34 @@ def test_the_report_names_every_operator_and_the_build_state():
         assert line.split()[-2:] == [method, 'torch']
 
 
-def test_the_engines_command_prints_the_report():
-    out = subprocess.run(
-        [sys.executable, '-m', 'mrconvnext.engines'], capture_output=True, text=True, timeout=HANG_LIMIT_S
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith('mrconvnext engines') and 'talk2d' in out.stdout and 'cache:' in out.stdout
+def test_the_engines_command_prints_the_report(capsys):
+    from mrconvnext import engines as engines_cli
+
+    assert engines_cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('mrconvnext engines') and 'talk2d' in out and 'cache:' in out
 
 
 @pytest.mark.skipif(not NATIVE, reason='needs a C++ compiler and an MKL build of torch')
-def test_build_ahead_of_time_names_the_libraries():
+def test_build_ahead_of_time_names_the_libraries(capsys):
     """``--build`` leaves both extensions in the cache (built there already or now) and says where."""
-    out = subprocess.run(
-        [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    from mrconvnext import engines as engines_cli
+
+    status = engines_cli.main(['--build'])
+    out = capsys.readouterr()
+    assert status == 0, out.err[-3000:]
     for ext in (availability.TALK_EXT, availability.FFTCONV_EXT):
-        line = next(x for x in out.stdout.splitlines() if x.startswith(f'{ext}: '))
+        line = next(x for x in out.out.splitlines() if x.startswith(f'{ext}: '))
         assert line.endswith('.so') and str(availability.build_root()) in line
-        assert f'{ext}: built ({ext}-' in out.stdout
+        assert f'{ext}: built ({ext}-' in out.out
 
 
-def test_build_fails_loudly_where_native_kernels_are_off(monkeypatch):
+def test_build_fails_loudly_where_native_kernels_are_off(monkeypatch, capsys):
+    from mrconvnext import engines as engines_cli
+
     monkeypatch.setenv('MRCONVNEXT_DISABLE_NATIVE', '1')
-    out = subprocess.run(
-        [sys.executable, '-m', 'mrconvnext.engines', '--build'], capture_output=True, text=True, timeout=HANG_LIMIT_S
-    )
-    assert out.returncode == 1 and 'disabled by MRCONVNEXT_DISABLE_NATIVE' in out.stderr
+    assert engines_cli.build_all() == 1
+    assert 'disabled by MRCONVNEXT_DISABLE_NATIVE' in capsys.readouterr().err
 
 
 def test_auto_resolves_to_onnx_forms_only_under_onnx_export(monkeypatch):

@@ -6,6 +6,11 @@ The run is the demo's digits recipe (``mrconvnext.demo.digits_recipe``): ``mrcon
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -71,3 +76,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _RUN_FIXTURES & set(getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.xdist_group('digits_run'))
+
+
+def run_script_main(script: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``python scripts/<script> *argv`` in this process (a fresh interpreter costs seconds of imports per test): the
+    script's ``main(argv)`` with its output captured; a ``sys.exit('message')`` gives status 1 and the message on
+    stderr, as the interpreter would."""
+    spec = importlib.util.spec_from_file_location(f'script_under_test_{script.stem}', script)
+    module = importlib.util.module_from_spec(spec)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.syspath_prepend(str(script.parent))  # the scripts import their siblings (_bench, _fake_cuda)
+        mp.setattr(sys, 'argv', [str(script), *argv])
+        try:
+            spec.loader.exec_module(module)
+            module.main(list(argv))
+            status = 0
+        except SystemExit as exc:
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess([str(script), *argv], status, out.getvalue(), err.getvalue())

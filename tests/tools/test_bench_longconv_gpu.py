@@ -2,24 +2,17 @@
 its refusal to time without a GPU."""
 
 import csv
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests.limits import HANG_LIMIT_S
-
-from .conftest import REPO
+from .conftest import REPO, run_script_main
 
 SCRIPT = REPO / 'scripts' / 'bench_longconv_gpu.py'
 
 
 def test_accounting_per_stage_beside_the_budget(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), '--accounting', '--out', str(tmp_path)],
-        capture_output=True, text=True, timeout=HANG_LIMIT_S,
-    )  # fmt: skip
+    out = run_script_main(SCRIPT, '--accounting', '--out', str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     with open(tmp_path / 'longconv_gpu.csv', newline='') as f:
         table = {(r['stage'], r['engine']): r for r in csv.DictReader(f)}
@@ -36,5 +29,5 @@ def test_accounting_per_stage_beside_the_budget(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message shown without a GPU')
 def test_timing_needs_a_gpu():
-    out = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=HANG_LIMIT_S)
+    out = run_script_main(SCRIPT)
     assert out.returncode != 0 and 'no CUDA device visible' in out.stderr

@@ -1,24 +1,14 @@
 """scripts/bench_dynconv_gpu.py and bench_talk_gpu.py: the per-stage byte models beside the depthwise conv's, and
 their refusal to time without a GPU."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from tests.limits import HANG_LIMIT_S
-
-from .conftest import REPO
+from .conftest import REPO, run_script_main
 
 
 def _accounting_rows(script: str) -> list[list[str]]:
-    out = subprocess.run(
-        [sys.executable, str(REPO / 'scripts' / script), '--accounting'],
-        capture_output=True,
-        text=True,
-        timeout=HANG_LIMIT_S,
-    )
+    out = run_script_main(REPO / 'scripts' / script, '--accounting')
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split('|')[1:-1] for line in out.stdout.splitlines() if line.startswith('| ') and line[2].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4]
@@ -46,7 +36,5 @@ def test_talk_accounting_per_stage():
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message shown without a GPU')
 @pytest.mark.parametrize('script', ['bench_dynconv_gpu.py', 'bench_talk_gpu.py'])
 def test_timing_needs_a_gpu(script):
-    out = subprocess.run(
-        [sys.executable, str(REPO / 'scripts' / script)], capture_output=True, text=True, timeout=HANG_LIMIT_S
-    )
+    out = run_script_main(REPO / 'scripts' / script)
     assert out.returncode != 0 and 'no CUDA device visible' in out.stderr
