@@ -100,9 +100,9 @@ step() {
 
 versions() {
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; fi
-  "$PY" scripts/versions.py
-  # the report would build the native CPU kernels to say what the CPU runs (40 s of the H200 run of 2026-11-26)
-  MRCONVNEXT_DISABLE_NATIVE=1 "$PY" -m mrconvnext.engines
+  # and the engines report; it would build the native CPU kernels to say what the CPU runs (40 s of the H200 run
+  # of 2026-11-26)
+  MRCONVNEXT_DISABLE_NATIVE=1 "$PY" scripts/versions.py --engines
 }
 
 export -f versions

@@ -1,5 +1,6 @@
 """One line of the versions that a result depends on: GPU, Python, torch, CUDA, Triton, timm, torchvision (what
-scripts/gpu_check.sh and scripts/check_versions.sh record)."""
+scripts/gpu_check.sh and scripts/check_versions.sh record). ``--engines`` adds ``python -m mrconvnext.engines``'s
+report (one interpreter for both)."""
 
 import importlib.util
 import sys
@@ -14,3 +15,7 @@ print(
     f'gpu {gpu}; python {sys.version.split()[0]}; torch {torch.__version__}; cuda {torch.version.cuda}; '
     f'triton {triton}; timm {timm.__version__}; torchvision {torchvision.__version__}'
 )
+if '--engines' in sys.argv[1:]:
+    from mrconvnext.engines import report
+
+    print(report())
