@@ -62,13 +62,7 @@ def test_two_source_locations_and_concurrent_processes_build_once(tmp_path):
     """Two processes start at once on an empty cache, with the same kernel sources at two locations (a checkout and
     an installed wheel, two environments): one builds, saying so on stderr, the other waits for it and loads its
     library. A third process later loads it silently, without a compiler run."""
-    dirs = []
-    for name in ('checkout', 'site-packages'):
-        d = tmp_path / name / 'stub'
-        d.mkdir(parents=True)
-        (d / 'stub.cpp').write_text(STUB_SOURCE)
-        (d / 'stub_value.h').write_text('#define STUB_VALUE 7\n')
-        dirs.append(d)
+    dirs = [_stub_sources(tmp_path / name / 'stub') for name in ('checkout', 'site-packages')]
     cache = tmp_path / 'cache'
 
     def start(kernel_dir: Path) -> subprocess.Popen:
@@ -116,6 +110,25 @@ def test_no_stray_cuda_notice_on_import():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=HANG_LIMIT_S)
     assert out.returncode == 0, out.stderr
     assert 'No CUDA runtime' not in out.stderr + out.stdout
+
+
+def _stub_sources(d: Path) -> Path:
+    d.mkdir(parents=True)
+    (d / 'stub.cpp').write_text(STUB_SOURCE)
+    (d / 'stub_value.h').write_text('#define STUB_VALUE 7\n')
+    return d
+
+
+@pytest.mark.skipif(cxx_compiler() is None, reason='no C++ compiler')
+def test_build_then_load_from_the_cache_in_this_process(tmp_path, capfd):
+    """The build itself, in this process: compiled once into the cache (saying so), then loaded from it silently."""
+    src, cache = _stub_sources(tmp_path / 'stub'), tmp_path / 'cache'
+    assert not native_build.is_built(STUB_EXT, src, cache)
+    module = native_build.build_extension(STUB_EXT, src, 'stub.cpp', cache)
+    assert module.value == 7 and native_build.is_built(STUB_EXT, src, cache)
+    assert f'building the native CPU kernels {STUB_EXT}' in capfd.readouterr().err
+    again = native_build.build_extension(STUB_EXT, src, 'stub.cpp', cache)
+    assert again.__file__ == module.__file__ and again.value == 7 and 'building' not in capfd.readouterr().err
 
 
 def test_environment_names_the_sources_and_the_cache(tmp_path, monkeypatch):
