@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
+from ..late_flops import share_with_active_counters
 from . import operators  # noqa: F401 - defines the operators counted here
 from .checks import tap_span
 
@@ -57,3 +58,13 @@ def register_triton_flops() -> None:
     def _(grad_shape, x_shape, logits_shape, drop_shape, lse_shape, zero_lag, softmax, need_dx, need_dlogits,
           *args, out_shape=None, **kwargs) -> int:  # fmt: skip
         return 2 * _macs(channels_first(x_shape), logits_shape[3], zero_lag) * (int(need_dx) + int(need_dlogits))
+
+    ops = torch.ops.mrconvnext
+    share_with_active_counters(  # defined on first use, maybe under a counter
+        [
+            ops.dynamic_conv_triton,
+            ops.light_conv_triton,
+            ops.light_conv_triton_backward,
+            ops.dynamic_conv_triton_backward,
+        ]
+    )

@@ -22,6 +22,8 @@ import math
 import torch
 from torch.utils.flop_counter import register_flop_formula
 
+from ..late_flops import share_with_active_counters
+
 __all__ = ['talk1d_flops', 'talk1d_backward_flops', 'talk2d_flops', 'talk2d_backward_flops', 'register_talk_flops']
 
 
@@ -56,6 +58,7 @@ def register_talk_flops(suffix: str) -> None:
     """Register the formulas for ``mrconvnext::talk1d{suffix}``, ``talk2d{suffix}`` and their backwards (called
     where those operators are defined: ``operators`` for ``''`` and ``'_torch'``, ``engine_triton``)."""
     ops = torch.ops.mrconvnext
+    registered = []
     for name, formula in (
         ('talk1d', talk1d_flops),
         ('talk1d_backward', talk1d_backward_flops),
@@ -63,4 +66,6 @@ def register_talk_flops(suffix: str) -> None:
         ('talk2d_backward', talk2d_backward_flops),
     ):
         stem, _, rest = name.partition('_')
-        register_flop_formula(getattr(ops, stem + suffix + (f'_{rest}' if rest else '')))(formula)
+        registered.append(getattr(ops, stem + suffix + (f'_{rest}' if rest else '')))
+        register_flop_formula(registered[-1])(formula)
+    share_with_active_counters(registered)  # the Triton operators are defined on first use, maybe under a counter
