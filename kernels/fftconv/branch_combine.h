@@ -2,7 +2,7 @@
 // the forward combine and the gradient statistics of its backward. Included by fftconv_cpu.cpp (one extension).
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 
 #include <ATen/Parallel.h>
 

@@ -7,12 +7,13 @@
 // (DftiFreeDescriptor), as does the thread's exit. plan_counts() reports descriptors created and freed.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
 
 #include <atomic>
 #include <cstdint>
 #include <limits>
 #include <list>
+#include <tuple>
 
 #include "dfti.h"
 
@@ -108,6 +109,6 @@ const Plan& plan_for(int64_t n, int64_t rows) {
 }
 
 // (created, freed) descriptors so far, all threads and precisions.
-std::pair<int64_t, int64_t> plan_counts() { return {g_descriptors_created.load(), g_descriptors_freed.load()}; }
+std::tuple<int64_t, int64_t> plan_counts() { return {g_descriptors_created.load(), g_descriptors_freed.load()}; }
 
 }  // namespace

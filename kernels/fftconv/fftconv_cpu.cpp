@@ -13,10 +13,15 @@
 // Sums over the batch (kernel gradients, statistics) go to per-thread partials: no atomics, and the result
 // is deterministic for a given thread count.//
 // Files: dfti_plans.h (the DFTI descriptors and their cache), row_copies.h (gathers, scatters, row moments),
-// branch_combine.h (the BatchNorm combine passes), this file (argument checks, forward, backward, bindings).
-#include <torch/extension.h>
-
+// branch_combine.h (the BatchNorm combine passes), this file (argument checks, forward, backward, operator registrations).
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <array>
@@ -289,23 +294,23 @@ std::vector<at::Tensor> fft_conv_backward(const at::Tensor& x, const at::Tensor&
 
 #include "branch_combine.h"
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Fused depthwise FFT convolution (+ branch BatchNorm passes), CPU, oneMKL DFTI from libtorch_cpu";
-  m.def("fft_conv_forward", &fft_conv_forward,
-        "out[b, i, c, :L] = irfft(rfft(x[b, c], n) * k_f[i, c])[:L] + bias[c]; x (B, C, L) and out (B, N, C, L) "
-        "with any strides, k_f (N, C, n/2+1) complex; block = channels per task; with_stats: also return the "
-        "(N, C, 2) float64 [mean, biased variance] of out over (b, t)",
-        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("bias"), py::arg("out"), py::arg("block"),
-        py::arg("with_stats") = false, py::arg("ones") = py::none());
-  m.def("fft_conv_backward", &fft_conv_backward,
-        "(grad_x laid out like x or None, un-normalized grad spectrum (N, C, F) or None) of fft_conv_forward "
-        "without bias; with z and coef (4, N, C), grad is g (B, C, L) and dy_i = coef0 g + coef1 (z_i - coef3) + coef2",
-        py::arg("x"), py::arg("k_f"), py::arg("n"), py::arg("grad"), py::arg("need_x"), py::arg("need_k"),
-        py::arg("block"), py::arg("z") = py::none(), py::arg("coef") = py::none());
-  m.def("branch_combine", &branch_combine, "out[b, c, t] = shift[c] + sum_i a[i, c] (z[b, i, c, t] - center[i, c])",
-        py::arg("z"), py::arg("a"), py::arg("center"), py::arg("shift"), py::arg("out"), py::arg("block"));
-  m.def("plan_counts", &plan_counts, "(created, freed): DFTI descriptors of the per-thread plan caches so far");
-  m.def("branch_grad_stats", &branch_grad_stats,
-        "(N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * (z_i - mean_i)", py::arg("g"),
-        py::arg("z"), py::arg("mean"), py::arg("block"));
+// The operators of this library, in the namespace TORCH_EXTENSION_NAME (the build's name, unique per source content:
+// see mrconvnext/ops/native_build.py), called through torch.ops; CPU tensors only.
+TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+  // out[b, i, c, :L] = irfft(rfft(x[b, c], n) * k_f[i, c])[:L] + bias[c]; x (B, C, L) and out (B, N, C, L) with any
+  // strides, k_f (N, C, n/2+1) complex; block = channels per task; with_stats: also returns the (N, C, 2) float64
+  // [mean, biased variance] of out over (b, t) (else an undefined tensor, None in Python)
+  m.def("fft_conv_forward(Tensor x, Tensor k_f, int n, Tensor? bias, Tensor(a!) out, int block, "
+        "bool with_stats=False, Tensor? ones=None) -> Tensor", &fft_conv_forward);
+  // (grad_x laid out like x or None, un-normalized grad spectrum (N, C, F) or None) of fft_conv_forward without
+  // bias; with z and coef (4, N, C), grad is g (B, C, L) and dy_i = coef0 g + coef1 (z_i - coef3) + coef2
+  m.def("fft_conv_backward(Tensor x, Tensor k_f, int n, Tensor grad, bool need_x, bool need_k, int block, "
+        "Tensor? z=None, Tensor? coef=None) -> Tensor[]", &fft_conv_backward);
+  // out[b, c, t] = shift[c] + sum_i a[i, c] (z[b, i, c, t] - center[i, c])
+  m.def("branch_combine(Tensor z, Tensor a, Tensor center, Tensor shift, Tensor(a!) out, int block) -> ()",
+        &branch_combine);
+  // (created, freed): DFTI descriptors of the per-thread plan caches so far
+  m.def("plan_counts() -> (int, int)", &plan_counts);
+  // (N + 1, C) float64: row 0 = sum over (b, t) of g, row 1 + i = sum of g * (z_i - mean_i)
+  m.def("branch_grad_stats(Tensor g, Tensor z, Tensor mean, int block) -> Tensor", &branch_grad_stats);
 }

@@ -1,4 +1,4 @@
-// CPU forward/backward of TaLK 1-D and 2-D (box) summation convolutions + pybind11 bindings.
+// CPU forward/backward of TaLK 1-D and 2-D (box) summation convolutions, registered as torch operators.
 //
 // Layouts (all contiguous): x (B, C, L) / (B, C, H, W) in float64/float32/float16/bfloat16; offsets
 // (B, NH, L, 2) [start, end] / (B, NH, H, W, 4) [left, right, top, bottom] in the accumulation dtype (float64 for
@@ -7,10 +7,15 @@
 // Backward: (A) dx parallel over rows/planes, scattering into a private prefix-gradient buffer followed by
 // a suffix sum, (B) offset gradients parallel over (b, head, position), summing over the head's channels.
 // No atomics, deterministic. See talk_math.h for the math.
-#include <torch/extension.h>
-
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
 
 #include <vector>
 
@@ -329,18 +334,17 @@ std::vector<at::Tensor> talk2d_backward(const at::Tensor& grad_y, const at::Tens
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "TaLK convolution, CPU kernels";
-  m.def("talk1d_forward", &talk1d_forward, "TaLK 1-D forward (CPU)", py::arg("x"), py::arg("offsets"),
-        py::arg("max_left"), py::arg("max_right"));
-  m.def("talk1d_forward_cl", &talk1d_forward_cl,
-        "TaLK 1-D forward (CPU) of a channels-last map: x (B, L, C), offsets (B, NH, L, 2) -> y (B, L, C)",
-        py::arg("x"), py::arg("offsets"), py::arg("max_left"), py::arg("max_right"));
-  m.def("talk1d_backward", &talk1d_backward, "TaLK 1-D backward (CPU)", py::arg("grad_y"), py::arg("x"),
-        py::arg("offsets"), py::arg("max_left"), py::arg("max_right"), py::arg("need_dx"), py::arg("need_doff"));
-  m.def("talk2d_forward", &talk2d_forward, "TaLK 2-D forward (CPU), returns (y, integral image)", py::arg("x"),
-        py::arg("offsets"), py::arg("max_left"), py::arg("max_right"), py::arg("max_top"), py::arg("max_bottom"));
-  m.def("talk2d_backward", &talk2d_backward, "TaLK 2-D backward (CPU)", py::arg("grad_y"), py::arg("P"),
-        py::arg("offsets"), py::arg("max_left"), py::arg("max_right"), py::arg("max_top"), py::arg("max_bottom"),
-        py::arg("need_dx"), py::arg("need_doff"));
+// The operators of this library, in the namespace TORCH_EXTENSION_NAME (the build's name, unique per source content:
+// see mrconvnext/ops/native_build.py), called through torch.ops; CPU tensors only (the callers check).
+TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) {
+  m.def("talk1d_forward(Tensor x, Tensor offsets, int max_left, int max_right) -> Tensor", &talk1d_forward);
+  // x (B, L, C) channels-last, offsets (B, NH, L, 2) -> y (B, L, C)
+  m.def("talk1d_forward_cl(Tensor x, Tensor offsets, int max_left, int max_right) -> Tensor", &talk1d_forward_cl);
+  m.def("talk1d_backward(Tensor grad_y, Tensor x, Tensor offsets, int max_left, int max_right, bool need_dx, "
+        "bool need_doff) -> Tensor[]", &talk1d_backward);
+  // returns (y, integral image)
+  m.def("talk2d_forward(Tensor x, Tensor offsets, int max_left, int max_right, int max_top, int max_bottom) "
+        "-> Tensor[]", &talk2d_forward);
+  m.def("talk2d_backward(Tensor grad_y, Tensor P, Tensor offsets, int max_left, int max_right, int max_top, "
+        "int max_bottom, bool need_dx, bool need_doff) -> Tensor[]", &talk2d_backward);
 }

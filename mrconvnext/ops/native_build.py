@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import logging
 import os
 import platform
@@ -38,6 +37,7 @@ __all__ = [
     'ensure_ninja',
     'import_cpp_extension',
     'is_built',
+    'NativeLibrary',
 ]
 
 # at::parallel_for is inlined: without -fopenmp it would run single-threaded. The OpenMP runtime resolves to the
@@ -133,14 +133,30 @@ def _exclusive(lock_path: Path, what: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _import_library(path: Path) -> ModuleType:
-    """Import the extension module in ``path`` (its module name is the file's stem)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f'cannot import the native extension {path}')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+class NativeLibrary(ModuleType):
+    """A built library: its operators, registered in the namespace ``torch.ops.<library name>``, as attributes
+    (``lib.talk1d_forward(...)`` is ``torch.ops.<name>.talk1d_forward(...)``); ``__file__`` is the library's path."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path.stem)
+        self.__file__ = str(path)
+
+    def __getattr__(self, op: str):
+        if op.startswith('__'):
+            raise AttributeError(op)
+        return getattr(getattr(torch.ops, self.__name__), op)
+
+
+_loaded: dict[str, NativeLibrary] = {}  # library name -> the library this process loaded under it
+
+
+def _import_library(path: Path) -> NativeLibrary:
+    """Load the library in ``path`` (its operators register themselves under the file's stem, which names the
+    content it was built from: the same name from another cache directory is the same code, loaded once)."""
+    if path.stem not in _loaded:
+        torch.ops.load_library(str(path))
+        _loaded[path.stem] = NativeLibrary(path)
+    return _loaded[path.stem]
 
 
 def _build_dir(name: str, source_dir: Path, cache_root: Path) -> Path:
@@ -152,7 +168,9 @@ def is_built(name: str, source_dir: Path, cache_root: Path) -> bool:
     return (_build_dir(name, source_dir, cache_root) / _DONE).is_file()
 
 
-def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, *, verbose: bool = False) -> ModuleType:
+def build_extension(
+    name: str, source_dir: Path, source: str, cache_root: Path, *, verbose: bool = False
+) -> NativeLibrary:
     """The CPU extension ``name`` compiled from ``source_dir / source`` (headers beside it), loaded from
     ``cache_root`` if this content was built there for this torch and compiler, else built first (once across
     processes). Raises on failure."""
@@ -169,7 +187,7 @@ def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, 
         if done.is_file():  # built by the process we waited for
             return _import_library(build_dir / done.read_text().strip())
         print(
-            f'mrconvnext: building the native CPU kernels {name} (30-90 s, once per torch version and source '
+            f'mrconvnext: building the native CPU kernels {name} (10-30 s, once per torch version and source '
             f'content; cached in {build_dir}; `python -m mrconvnext.engines --build` builds ahead of time)...',
             file=sys.stderr,
             flush=True,
@@ -181,8 +199,9 @@ def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, 
         for path in _sources(source_dir):
             shutil.copyfile(path, src / path.name)
         ensure_ninja()
-        module = import_cpp_extension().load(
-            name=name,
+        library = import_cpp_extension().load(
+            name=build_dir.name.replace('-', '_'),  # the operators' namespace: unique per content
+            is_python_module=False,
             sources=[str(src / source)],
             extra_cflags=list(CFLAGS),
             extra_ldflags=list(LDFLAGS),
@@ -191,9 +210,8 @@ def build_extension(name: str, source_dir: Path, source: str, cache_root: Path, 
             with_cuda=False,
             verbose=verbose,
         )
-        library = Path(module.__file__).name
         tmp = build_dir / f'{_DONE}.tmp'
-        tmp.write_text(library)
+        tmp.write_text(Path(library).name)
         os.replace(tmp, done)
         print(f'mrconvnext: built {name} in {time.perf_counter() - start:.0f} s', file=sys.stderr, flush=True)
-        return module
+        return _import_library(Path(library))

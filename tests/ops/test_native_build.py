@@ -36,23 +36,24 @@ def test_cache_key_covers_content_not_location(tmp_path):
 # second: the machinery under test is the cache, the lock and the loader (the real kernels build once per test run,
 # for the ops' tests, and are tested there).
 STUB_EXT = 'mrconvnext_stub_cpu'
-STUB_SOURCE = """#include <Python.h>
-#include "stub_value.h"
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-static struct PyModuleDef stub_module = {PyModuleDef_HEAD_INIT, "stub", nullptr, -1, nullptr};
-PyMODINIT_FUNC CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
-  PyObject *m = PyModule_Create(&stub_module);
-  if (m != nullptr) PyModule_AddIntConstant(m, "value", STUB_VALUE);
-  return m;
-}
+STUB_SOURCE = """#include "stub_value.h"
+extern "C" int mrconvnext_stub_value() { return STUB_VALUE; }
 """
+
+
+def _stub_value(library: native_build.NativeLibrary) -> int:
+    import ctypes
+
+    return ctypes.CDLL(library.__file__).mrconvnext_stub_value()
+
+
 BUILD = (
     'import sys\n'
     'from pathlib import Path\n'
+    'import ctypes\n'
     'from mrconvnext.ops import native_build\n'
     f'm = native_build.build_extension({STUB_EXT!r}, Path(sys.argv[1]), "stub.cpp", Path(sys.argv[2]))\n'
-    'assert m.value == 7\n'
+    'assert ctypes.CDLL(m.__file__).mrconvnext_stub_value() == 7\n'
     'print(m.__file__)\n'
 )
 
@@ -125,10 +126,10 @@ def test_build_then_load_from_the_cache_in_this_process(tmp_path, capfd):
     src, cache = _stub_sources(tmp_path / 'stub'), tmp_path / 'cache'
     assert not native_build.is_built(STUB_EXT, src, cache)
     module = native_build.build_extension(STUB_EXT, src, 'stub.cpp', cache)
-    assert module.value == 7 and native_build.is_built(STUB_EXT, src, cache)
+    assert _stub_value(module) == 7 and native_build.is_built(STUB_EXT, src, cache)
     assert f'building the native CPU kernels {STUB_EXT}' in capfd.readouterr().err
     again = native_build.build_extension(STUB_EXT, src, 'stub.cpp', cache)
-    assert again.__file__ == module.__file__ and again.value == 7 and 'building' not in capfd.readouterr().err
+    assert again.__file__ == module.__file__ and _stub_value(again) == 7 and 'building' not in capfd.readouterr().err
 
 
 def test_environment_names_the_sources_and_the_cache(tmp_path, monkeypatch):
