@@ -71,7 +71,7 @@ def cases(ops: list[str], batches: list[int]):
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
-    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx
+    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_onnx
 
     g = torch.Generator().manual_seed(0)
     for B in batches:
@@ -92,7 +92,7 @@ def cases(ops: list[str], batches: list[int]):
                 yield (
                     'talk2d',
                     (B, C, H, W),
-                    {'reference': talk2d_reference},
+                    {'reference': talk2d_reference, 'onnx': talk2d_onnx},
                     (x, off),
                     (),
                     (3, 3, 3, 3),
