@@ -7,7 +7,7 @@ so that no forward pass waits for a compiler, and exits with status 1, saying wh
 
 from __future__ import annotations
 
-import subprocess
+import concurrent.futures
 import sys
 import warnings
 
@@ -63,22 +63,18 @@ def build_all() -> int:
         print('mrconvnext: native kernels disabled by MRCONVNEXT_DISABLE_NATIVE; nothing to build', file=sys.stderr)
         return 1
     exts = (availability.TALK_EXT, availability.FFTCONV_EXT)
-    # the compilers of the extensions not built yet run at once, one process each (the cache's lock keeps them apart
-    # from any other process building the same); then each loads here, or, where its process failed, is built here
-    # again to give the reason
-    code = 'import sys\nfrom mrconvnext.ops import availability\navailability.build_native(sys.argv[1])\n'
-    procs = [subprocess.Popen([sys.executable, '-c', code, ext]) for ext in exts if not availability.native_built(ext)]
-    for proc in procs:
-        proc.wait()
+    # one thread per extension: the compilers run at once (each build's file lock keeps it apart from any other
+    # process or thread building the same)
+    with concurrent.futures.ThreadPoolExecutor(len(exts)) as pool:
+        futures = {ext: pool.submit(availability.build_native, ext) for ext in exts}
     failed = 0
-    for ext in exts:
-        try:
-            module = availability.build_native(ext)
-        except Exception as exc:  # noqa: BLE001 - report every failure, then exit non-zero
+    for ext, future in futures.items():
+        exc = future.exception()
+        if exc is not None:
             failed += 1
             print(f'mrconvnext: {ext} cannot be built: {type(exc).__name__}: {exc}', file=sys.stderr)
         else:
-            print(f'{ext}: {module.__file__}')
+            print(f'{ext}: {future.result().__file__}')
     if failed:
         print('mrconvnext: the models still run, on the slower PyTorch engine for these operators', file=sys.stderr)
     return 1 if failed else 0

@@ -99,13 +99,15 @@ def build_native(ext: str, verbose: bool = False) -> ModuleType:
     failure."""
     if ext not in _SOURCES:
         raise ValueError(f'unknown native extension {ext!r}; expected one of {tuple(_SOURCES)}')
+    if ext == FFTCONV_EXT and not torch.backends.mkl.is_available():
+        raise RuntimeError('this torch build has no MKL, whose FFT functions the fused kernel calls')
+    family, source = _SOURCES[ext]
+    # no lock held while compiling: the build's file lock keeps builds of one extension apart (threads included),
+    # and two extensions build at once (mrconvnext.engines.build_all)
+    module = build_extension(ext, native_sources_dir() / family, source, build_root(), verbose=verbose)
     with _lock:
-        if ext == FFTCONV_EXT and not torch.backends.mkl.is_available():
-            raise RuntimeError('this torch build has no MKL, whose FFT functions the fused kernel calls')
-        family, source = _SOURCES[ext]
-        module = build_extension(ext, native_sources_dir() / family, source, build_root(), verbose=verbose)
         _modules[ext] = module
-        return module
+    return module
 
 
 def native_built(ext: str) -> bool:
