@@ -67,7 +67,7 @@ def _time(fn, tensors: tuple, weights: tuple, consts: tuple, threads: int, repea
 
 def cases(ops: list[str], batches: list[int]):
     """``(op, shape, {form: fn}, inputs, weights, consts, reference fn)`` per operator, shape and batch."""
-    from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_onnx
+    from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
@@ -99,11 +99,13 @@ def cases(ops: list[str], batches: list[int]):
                     talk2d_reference,
                 )
         if 'dynamic_conv' in ops:  # (heads, R, L, K)
-            for H, R, L, K in [(2, 20, 3136, 7), (10, 16, 196, 31)]:
+            for H, R, L, K in [(2, 20, 3136, 7), (5, 16, 784, 15), (10, 16, 196, 31), (20, 16, 49, 31)]:
                 x = torch.randn(B, H, R, L, generator=g)
                 w = torch.softmax(torch.randn(B, H, L, K, generator=g), -1)
                 forms = {'tap loop': lambda x, w, z: dynamic_conv_decomposition(x, w.transpose(2, 3), z),
-                         'onnx': dynamic_conv_onnx}  # fmt: skip
+                         'taps': dynamic_conv_taps, 'band': dynamic_conv_band}  # fmt: skip
+                if L > 1000:
+                    del forms['band']  # an L x L matrix per image and head: gigabytes
                 yield 'dynamic_conv', (B, H * R, L, K), forms, (x, w), (), ((K - 1) // 2,), forms['tap loop']
 
 

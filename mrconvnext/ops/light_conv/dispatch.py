@@ -11,6 +11,8 @@ from ..checks import check_choice
 __all__ = [
     'DYNAMIC_CONV_ENGINES',
     'LIGHT_CONV_ENGINES',
+    'ONNX_BAND_MAX_LENGTH',
+    'dynamic_conv_onnx_method',
     'dynamic_conv_engine',
     'dynamic_conv_engine_constant',
     'light_conv_engine',
@@ -21,6 +23,16 @@ DYNAMIC_CONV_ENGINES = ('auto', 'torch', 'triton', 'onnx')
 
 
 LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
+
+# The ONNX form of DynamicConv for sequences of at most this many positions: one band matrix per (image, head) and a
+# MatMul; longer ones take the one-hot tap bank (the band's L x L matrices would grow past the tap bank's K x larger
+# input). ``python scripts/bench_onnx_forms.py --ops dynamic_conv`` times both at the stage shapes.
+ONNX_BAND_MAX_LENGTH = 256
+
+
+def dynamic_conv_onnx_method(length: int) -> str:
+    """The algorithm of DynamicConv's ONNX form for sequences of ``length`` positions: ``'band'`` or ``'taps'``."""
+    return 'band' if length <= ONNX_BAND_MAX_LENGTH else 'taps'
 
 
 def dynamic_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:

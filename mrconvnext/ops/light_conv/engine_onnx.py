@@ -7,6 +7,12 @@ weigh and add them, where the specification's tap loop (:func:`.operators.dynami
 nodes per tap. The unfolded input is the price: ``K`` times the input's size, transient. (A ``Gather`` with an
 ``(L, K)`` index reads the same taps, but ONNX Runtime gathers single elements slowly: it lost to the tap loop by
 far. ``python scripts/bench_onnx_forms.py --ops dynamic_conv --doc`` times the loop against this form.)
+
+Short sequences (:func:`.dispatch.dynamic_conv_onnx_method`) take a band matrix instead: the per-position kernels
+of a head written into an ``(L, L)`` matrix ``A[t, s] = weight[t, t - s + zero_lag]`` by a skew (pad each row of
+the flipped kernel to ``L + K`` and read the flat buffer in rows of ``L + K - 1``: no scatter, no gather), and one
+batched ``MatMul`` ``y = x A^T``. It multiplies ``L / K`` times more than the taps need, but in the runtime's best
+kernel, and writes no ``K``-fold copy of the input (the tap bank also pays ``K`` products per tap written).
 """
 
 from __future__ import annotations
@@ -15,13 +21,32 @@ import torch
 import torch.nn.functional as F
 
 from ..symbolic import static_size
+from .dispatch import dynamic_conv_onnx_method
 
-__all__ = ['dynamic_conv_onnx']
+__all__ = ['dynamic_conv_band', 'dynamic_conv_onnx', 'dynamic_conv_taps']
 
 
 def dynamic_conv_onnx(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """``x (B, H, R, L)``, ``weight (B, H, L, K)`` -> ``(B, H, R, L)``:
-    ``y[b, h, r, t] = sum_k weight[b, h, t, k] x[b, h, r, t - (k - zero_lag)]`` (zeros outside the sequence)."""
+    ``y[b, h, r, t] = sum_k weight[b, h, t, k] x[b, h, r, t - (k - zero_lag)]`` (zeros outside the sequence); the band
+    form or the tap bank by the sequence's length."""
+    if dynamic_conv_onnx_method(static_size(x.shape[-1])) == 'band':
+        return dynamic_conv_band(x, weight, zero_lag)
+    return dynamic_conv_taps(x, weight, zero_lag)
+
+
+def dynamic_conv_band(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """:func:`dynamic_conv_onnx` as ``x A^T`` with the band matrix ``A[t, s] = weight[t, t - s + zero_lag]``."""
+    L, K = static_size(x.shape[-1]), static_size(weight.shape[-1])
+    # row t of the skewed buffer holds flip(weight[t]) from column t on: M[t, t + j] = weight[t, K - 1 - j], zero
+    # elsewhere; column s + K - 1 - zero_lag of M is lag t - s + zero_lag = k
+    rows = F.pad(weight.flip(-1), (0, L)).flatten(-2)[..., : L * (L + K - 1)].unflatten(-1, (L, L + K - 1))
+    band = rows[..., K - 1 - zero_lag : K - 1 - zero_lag + L]  # (B, H, L: t, L: s)
+    return torch.matmul(x, band.transpose(-1, -2))
+
+
+def dynamic_conv_taps(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:
+    """:func:`dynamic_conv_onnx` through a one-hot depthwise ``Conv`` writing every tap's input."""
     B, H, R, L = x.shape
     K, C = static_size(weight.shape[-1]), static_size(H) * static_size(R)  # TorchScript's trace: sizes as tensors
     # output channel c K + k of the one-hot bank reads xp[t + K - 1 - k] = x[t - (k - zero_lag)]

@@ -13,6 +13,9 @@ from mrconvnext.ops.light_conv import (
     light_conv1d_unfold,
 )
 from mrconvnext.ops.light_conv.api import dynamic_mix
+from mrconvnext.ops.light_conv.checks import zero_lag_for
+from mrconvnext.ops.light_conv.dispatch import ONNX_BAND_MAX_LENGTH, dynamic_conv_onnx_method
+from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
 from tests.reference import naive_dynamic, naive_light
 
 # Odd and even K; 9, 49 are sizes fairseq's CUDA kernels reject; 15 and 49 exceed L = 10.
@@ -46,6 +49,25 @@ def test_dynamic_matches_naive(K: int, causal: bool) -> None:
     torch.testing.assert_close(dynamic_conv1d(x, w, bias, causal=causal, engine='onnx'), ref)
     y32 = dynamic_conv1d(x.float(), w.float(), bias.float(), causal=causal, engine='onnx')
     torch.testing.assert_close(y32, ref.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('causal', [False, True])
+@pytest.mark.parametrize('K', KERNEL_SIZES)
+def test_dynamic_onnx_algorithms_match_naive(K: int, causal: bool) -> None:
+    """Both algorithms of the ONNX form, the band matrix and the one-hot tap bank, against the loop in float64 (the
+    engine picks one by length: the crossover, and a sequence past it, below)."""
+    x, w = rand(2, 6, L), rand(2, 3, L, K).softmax(-1)
+    ref = naive_dynamic(x, w, None, causal)
+    for form in (dynamic_conv_band, dynamic_conv_taps):
+        y = form(x.view(2, 3, 2, L), w, zero_lag_for(K, causal))
+        torch.testing.assert_close(y.reshape(2, 6, L), ref, msg=lambda m, f=form: f'{f.__name__}: {m}')
+
+
+def test_dynamic_onnx_form_by_length() -> None:
+    limit = ONNX_BAND_MAX_LENGTH
+    assert [dynamic_conv_onnx_method(n) for n in (1, limit, limit + 1)] == ['band', 'band', 'taps']
+    x, w, bias = rand(1, 4, limit + 5), rand(1, 2, limit + 5, 5).softmax(-1), rand(4)
+    torch.testing.assert_close(dynamic_conv1d(x, w, bias, engine='onnx'), naive_dynamic(x, w, bias, False))
 
 
 @pytest.mark.parametrize(
