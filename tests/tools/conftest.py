@@ -87,6 +87,7 @@ def run_script_main(script: Path, *argv: str) -> subprocess.CompletedProcess:
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.syspath_prepend(str(script.parent))  # the scripts import their siblings (_bench, _fake_cuda)
+        mp.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while it executes
         mp.setattr(sys, 'argv', [str(script), *argv])
         try:
             spec.loader.exec_module(module)
