@@ -5,12 +5,8 @@ for itself only."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from tests.limits import HANG_LIMIT_S
-
-from .conftest import REPO
+from .conftest import REPO, run_script_main
 
 SCRIPT = REPO / 'scripts' / 'gpu_profile.py'
 
@@ -18,7 +14,7 @@ SCRIPT = REPO / 'scripts' / 'gpu_profile.py'
 def test_dry_run_writes_a_row_per_measurement(tmp_path):
     args = ['--out', str(tmp_path), '--device', 'cpu', '--img-size', '32', '--batch', '2', '--tiny']
     args += ['--warmup', '1', '--repeats', '1', '--groups', 'convnext,bn']
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=HANG_LIMIT_S)
+    proc = run_script_main(SCRIPT, *args)  # its main here; each group's worker is a fresh process
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / 'rows.jsonl').read_text().splitlines()]
     assert [(r['model'], r['mode'], r['method']) for r in rows] == [
