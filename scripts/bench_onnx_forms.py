@@ -65,8 +65,9 @@ def _time(fn, tensors: tuple, weights: tuple, consts: tuple, threads: int, repea
     return 1e3 * statistics.median(times), torch.from_numpy(y)
 
 
-def cases(ops: list[str], batches: list[int]):
-    """``(op, shape, {form: fn}, inputs, weights, consts, reference fn)`` per operator, shape and batch."""
+def cases(ops: list[str], batches: list[int], limit: int | None = None):
+    """``(op, shape, {form: fn}, inputs, weights, consts, reference fn)`` per operator, shape and batch (the first
+    ``limit`` shapes of each operator)."""
     from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
@@ -76,7 +77,8 @@ def cases(ops: list[str], batches: list[int]):
     g = torch.Generator().manual_seed(0)
     for B in batches:
         if 'long_conv' in ops:  # (C, L): atto and T stages 1-4
-            for C, L in [(40, 3136), (80, 784), (160, 196), (320, 49), (96, 3136), (192, 784), (384, 196), (768, 49)]:
+            shapes = [(40, 3136), (80, 784), (160, 196), (320, 49), (96, 3136), (192, 784), (384, 196), (768, 49)]
+            for C, L in shapes[:limit]:
                 x, k = torch.randn(B, C, L, generator=g), torch.randn(1, C, 2 * L - 1, generator=g) / L
                 forms = {'toeplitz': engine_torch.toeplitz_conv, 'rowdft/torch': engine_torch.rowdft_conv,
                          'rowdft/onnx': engine_onnx.rowdft_conv}  # fmt: skip
@@ -84,7 +86,7 @@ def cases(ops: list[str], batches: list[int]):
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
                 yield 'long_conv', (B, C, L), forms, (x,), (k,), (L - 1,), engine_torch.toeplitz_conv
         if 'talk' in ops:  # (C, heads, H, W)
-            for C, heads, H, W in [(40, 4, 56, 56), (160, 16, 14, 14)]:
+            for C, heads, H, W in [(40, 4, 56, 56), (160, 16, 14, 14)][:limit]:
                 x, off = torch.randn(B, C, H * W, generator=g), torch.rand(B, heads, H * W, 2, generator=g)
                 forms = {'reference': talk1d_reference, 'onnx': talk1d_onnx}
                 yield 'talk1d', (B, C, H * W), forms, (x, off), (), (30, 30), talk1d_reference
@@ -99,7 +101,7 @@ def cases(ops: list[str], batches: list[int]):
                     talk2d_reference,
                 )
         if 'dynamic_conv' in ops:  # (heads, R, L, K)
-            for H, R, L, K in [(2, 20, 3136, 7), (5, 16, 784, 15), (10, 16, 196, 31), (20, 16, 49, 31)]:
+            for H, R, L, K in [(10, 16, 196, 31), (20, 16, 49, 31), (5, 16, 784, 15), (2, 20, 3136, 7)][:limit]:
                 x = torch.randn(B, H, R, L, generator=g)
                 w = torch.softmax(torch.randn(B, H, L, K, generator=g), -1)
                 forms = {'tap loop': lambda x, w, z: dynamic_conv_decomposition(x, w.transpose(2, 3), z),
@@ -115,11 +117,12 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--batches', nargs='+', type=int, default=[1, 8])
     p.add_argument('--threads', type=int, default=2)
     p.add_argument('--repeats', type=int, default=11)
+    p.add_argument('--limit', type=int, default=None, help='the first N shapes of each operator only')
     p.add_argument('--doc', action='store_true', help='also write the table as a section of docs/benchmarks.md')
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for op, shape, forms, tensors, weights, consts, reference in cases(args.ops, args.batches):
+        for op, shape, forms, tensors, weights, consts, reference in cases(args.ops, args.batches, args.limit):
             with torch.no_grad():
                 ref = reference(*(t.double() for t in tensors + weights), *consts)
             row = {'op': op, 'shape': shape}

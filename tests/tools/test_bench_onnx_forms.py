@@ -13,10 +13,12 @@ def test_forms_are_checked_and_timed():
     spec = importlib.util.spec_from_file_location('bench_onnx_forms', REPO / 'scripts' / 'bench_onnx_forms.py')
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = bench.run(['--ops', 'talk', 'dynamic_conv', '--batches', '1', '--repeats', '1'])
-    assert [r['op'] for r in rows] == ['talk1d', 'talk2d'] * 2 + ['dynamic_conv'] * 4
+    rows = bench.run(['--ops', 'talk', 'dynamic_conv', '--batches', '1', '--repeats', '1', '--limit', '1'])
+    assert [r['op'] for r in rows] == ['talk1d', 'talk2d', 'dynamic_conv']
+    forms = {
+        'talk1d': ('reference', 'onnx'),
+        'talk2d': ('reference', 'onnx'),
+        'dynamic_conv': ('tap loop', 'taps', 'band'),
+    }
     for r in rows:
-        forms = {'talk1d': ('reference', 'onnx'), 'talk2d': ('reference', 'onnx'), 'dynamic_conv': ('tap loop', 'taps')}
-        assert all(r[f] > 0 for f in forms[r['op']])
-        if r['op'] == 'dynamic_conv':  # the band matrix where it fits (up to 784 positions)
-            assert ('band' in r) == (r['shape'][2] <= 784), r
+        assert all(r[f] > 0 for f in forms[r['op']]), r
