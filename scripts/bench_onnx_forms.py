@@ -72,7 +72,7 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
-    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_onnx
+    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx
 
     g = torch.Generator().manual_seed(0)
     for B in batches:
@@ -94,7 +94,7 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                 yield (
                     'talk2d',
                     (B, C, H, W),
-                    {'reference': talk2d_reference, 'onnx': talk2d_onnx},
+                    {'reference': talk2d_reference},
                     (x, off),
                     (),
                     (3, 3, 3, 3),

@@ -10,13 +10,9 @@ long prefix sum), so the four lookups of a window are ``Gather``s of whole rows 
 indices. The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
 full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the
 price.
-2-D: the specification's sixteen lookups (four bilinear corners of the integral image), with the work moved off the
-full-size tensors: each lookup's index and its weight (the bilinear weight times the corner's sign and the
-normalizer) are computed on the ``(B, heads, 1, H W)`` grid of the offsets, so the full-size work is one
-``GatherElements``, one ``Mul`` and one ``Add`` per lookup (the specification adds the neighbours' index offsets and
-multiplies the bilinear weights at full size). A row-gather form, one ``GatherElements`` over all sixteen indices,
-and forms that broadcast the weights over more than four axes measured slower in ONNX Runtime.
-``python scripts/bench_onnx_forms.py --ops talk --doc`` times both forms against the specification.
+2-D: the specification itself. The row-gather form needs sixteen full-size lookups per box and measured slower in
+ONNX Runtime (so did a one-gather form reading four tables, for both 1-D and 2-D). ``python
+scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
-from .reference import window_edges
+from .reference import talk2d_reference, window_edges
 
 __all__ = ['talk1d_onnx', 'talk2d_onnx']
 
@@ -59,28 +55,5 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
 def talk2d_onnx(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: sixteen weighted lookups (see the module docstring)."""
-    heads = check_inputs(x, offsets, 2)
-    ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
-    B, C, H, W = x.shape
-    R, N, W1 = C // heads, H * W, W + 1
-    acc = acc_dtype(x.dtype)
-    P = F.pad(x.to(acc).reshape(B, heads, R, H, W).cumsum(-2).cumsum(-1), (1, 0, 1, 0)).reshape(B, heads, R, -1)
-    off = offsets.to(acc).reshape(B, heads, N, 4)
-    cols = torch.arange(W, device=x.device, dtype=acc).repeat(H)  # position n = i W + j: column j, row i
-    rows = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W)
-    left, right = window_edges(cols, off[..., 0] * ml, off[..., 1] * mr, W)
-    top, bottom = window_edges(rows, off[..., 2] * mt, off[..., 3] * mb, H)
-    norm = 1.0 / ((ml + mr + 1) * (mt + mb + 1))
-    y = None
-    # box = corner(bottom, right) - corner(bottom, left) - corner(top, right) + corner(top, left), each corner the
-    # bilinear lookup of P at (v, u) = (kv + fv, ku + fu) in P's flat index kv (W + 1) + ku
-    for sign, (v, kv), (u, ku) in ((1, bottom, right), (-1, bottom, left), (-1, top, right), (1, top, left)):
-        fv, fu = v - kv, u - ku
-        base = (kv * W1 + ku).long()
-        for dv, wv in ((0, (1 - fv) * (sign * norm)), (W1, fv * (sign * norm))):
-            for du, wu in ((0, 1 - fu), (1, fu)):
-                idx = (base + (dv + du)).unsqueeze(2).expand(B, heads, R, N)
-                term = P.gather(-1, idx) * (wv * wu).unsqueeze(2)
-                y = term if y is None else y + term
-    return y.reshape(B, C, H, W).to(x.dtype)
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: the specification (see the module docstring)."""
+    return talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
