@@ -19,3 +19,4 @@ def fake_cuda_autocast(dtype=None):
         yield
     finally:
         torch.set_autocast_enabled('cuda', False)
+        torch.clear_autocast_cache()  # as torch.autocast leaves: the next region casts the weights again
