@@ -41,8 +41,8 @@ grouped convolutions the rate measured for cuDNN's depthwise kernels; CUDA cores
 after the Python before it (its measured ``host`` times ``python_scale``) and ``issue`` seconds of dispatch and
 launch; the device runs the ops in order, each once it is issued and the one before it is done (:func:`timeline`):
 small ops behind a large one cost nothing extra, a run of small ops costs their host time. Each class's efficiency
-and latency are measured from per-op GPU profiles; ``issue`` and ``python_scale`` are fitted (``--calibrate``); they
-live in ``docs/gpu/cost-model-constants.json``.
+and latency are measured from per-op GPU profiles, ``issue`` too (:func:`launch_time`); ``python_scale`` is fitted
+(``--calibrate``); they live in ``docs/gpu/cost-model-constants.json``.
 
 What it cannot see (docs/gpu/cost-model.md): fusion under ``torch.compile``, L2 reuse, a Triton kernel's internal
 traffic and arithmetic, differences within a class (all transposing copies share one efficiency), host time that
@@ -143,8 +143,8 @@ PROFILE_CLASS |= {'index_put_slices': 'index_put', 'matmul_unaligned': 'matmul',
 # ramp-up, tail). Measured by --calibrate (docs/gpu/cost-model-constants.json, read below); 'other' also serves the
 # classes the profiles lacked.
 CLASS_COST: dict[str, tuple[float, float]] = {'other': (0.5, 1.5e-6)}
-ISSUE_S = 7e-6  # host seconds per launched op (dispatcher, launch) on the GPU's host: fitted by --calibrate
-PYTHON_SCALE = 1.0  # the GPU host's seconds of Python per second of it measured here (``Call.host``): fitted too
+ISSUE_S = 7e-6  # host seconds per launched op (dispatcher, launch) on the GPU's host: measured by --calibrate
+PYTHON_SCALE = 1.0  # the GPU host's seconds of Python per second of it measured here (``Call.host``): fitted
 LATENCY_S = 1.5e-6  # the latency that goes with one efficiency for every class (``efficiency=<float>``)
 FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconvnext_t', 'talkconvnext2d_t']
 FAMILIES_T += ['lightconvnext_t', 'dynconvnext_t']
@@ -934,13 +934,34 @@ def compare_rows(pairs: list[tuple[dict, StepCost]], gpu: str, efficiency: Effic
     return out
 
 
+LAUNCH_OPS = ('aten::add', 'aten::mul', 'aten::gelu')  # one kernel each, no Python inside
+
+
+def launch_time(calls: tuple[str, ...] = ('call2', 'call3')) -> float:
+    """The GPU host's seconds of dispatch and launch per op, measured: the median over the profiled rows of these
+    calls of the self CPU time per call of ops that launch one kernel and run no Python (``LAUNCH_OPS``; the
+    profiler's own cost per op included)."""
+    per_call = []
+    for call in calls:
+        for row in profile_rows(call):
+            for name in LAUNCH_OPS:
+                entry = row['ops'].get(name)
+                if entry and len(entry) > 3 and entry[0]:
+                    per_call.append(entry[3] / entry[0] * 1e-6)
+    if not per_call:
+        raise ValueError(f'launch_time: no self CPU times of {LAUNCH_OPS} in the profiles of {calls}')
+    return statistics.median(per_call)
+
+
 def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float], float]:
-    """The class costs (:func:`class_costs`, measured) and the two fitted constants, the host's seconds per launched
-    op and the scale of the Python time measured here, on a grid (coarse, then fine around the best) that minimizes
-    the mean squared log error of the rows' times plus that of their ratios to convnext_tiny (what the model is used
-    for): ``(class costs, (issue, python scale), loss)``."""
+    """The class costs (:func:`class_costs`, measured), the host's time per launch (:func:`launch_time`, measured)
+    and the one fitted constant, the scale of the Python time measured here, on a grid that minimizes the mean
+    squared log error of the rows' times plus that of their ratios to convnext_tiny (what the model is used for):
+    ``(class costs, (launch time, python scale), loss)``. (Fitted together, the two host constants trade one for
+    the other along a flat valley of the loss, so the launch time is measured instead.)"""
     table = {cls: (e['efficiency'], e['latency']) for cls, e in class_costs(pairs, gpu).items() if 'efficiency' in e}
     table.setdefault('other', CLASS_COST['other'])
+    launch = launch_time()
 
     def loss(issue: tuple[float, float]) -> float:
         rows = compare_rows(pairs, gpu, table, issue)
@@ -949,10 +970,7 @@ def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float
             math.log1p(e) ** 2 for e in ratios
         )
 
-    grid = [(us * 1e-6, scale / 20) for us in range(0, 42, 2) for scale in range(0, 31)]
-    best = min(grid, key=loss)
-    fine = [(best[0] + d * 0.5e-6, best[1] + e / 100) for d in range(-4, 5) for e in range(-5, 6)]
-    best = min((g for g in fine if g[0] >= 0 and g[1] >= 0), key=loss)
+    best = min(((launch, scale / 100) for scale in range(0, 201)), key=loss)
     return table, best, loss(best)
 
 
@@ -1134,10 +1152,13 @@ def calibrate(out: Path) -> None:
             )
     lines += [
         '',
-        "Two constants are fitted, the host's cost of an op: **"
-        f"{issue[0] * 1e6:.1f} µs** of dispatch and launch, and **{issue[1]:.2f}** s of the GPU host's Python per "
-        'second of the Python measured between the ops here (grid search on call 1: the least mean squared log error '
-        f'of the predicted ms plus that of the predicted ratios, {loss:.4f}).',
+        "The host's cost of an op: **"
+        f'{issue[0] * 1e6:.1f} µs** of dispatch and launch, measured (`launch_time`: the median self CPU time per call '
+        f"of {', '.join(f'`{n}`' for n in LAUNCH_OPS)} in the profiles of calls 2 and 3, the profiler's own cost "
+        f"included), and **{issue[1]:.2f}** s of the GPU host's Python per second of the Python measured between the "
+        'ops here, the one fitted constant (grid search on call 1: the least mean squared log error of the predicted '
+        f'ms plus that of the predicted ratios, {loss:.4f}). Fitted together, the two trade one for the other along '
+        'a flat valley of that error, so the first is measured.',
         '',
         '## Call 1 (in sample)',
         '',

@@ -408,3 +408,18 @@ def test_a_matmul_with_rows_of_an_odd_number_of_bytes_is_unaligned():
         ('aten::bmm', ''),
     ]
     assert gpu_cost.PROFILE_CLASS['bmm_unaligned'] == 'bmm'
+
+
+def test_the_launch_time_is_the_median_self_cpu_time_of_one_kernel_ops(monkeypatch):
+    """Profiled rows whose add, mul and gelu took 10, 15 and 12 us of self CPU time per call (and an op outside
+    ``LAUNCH_OPS`` 100): the median, 12 us; rows without CPU times (call 1's) give a clear error."""
+    rows = [
+        {'ops': {'aten::add': [4, 1.0, 1.0, 40.0], 'aten::mul': [2, 1.0, 1.0, 30.0], 'aten::mm': [1, 1.0, 1.0, 100.0]}},
+        {'ops': {'aten::gelu': [3, 1.0, 1.0, 36.0]}},
+    ]
+    monkeypatch.setattr(
+        gpu_cost, 'profile_rows', lambda call: rows if call == 'a' else [{'ops': {'aten::add': [1, 1.0, 1.0]}}]
+    )
+    assert gpu_cost.launch_time(('a',)) == pytest.approx(12e-6)
+    with pytest.raises(ValueError, match='no self CPU times'):
+        gpu_cost.launch_time(('b',))
