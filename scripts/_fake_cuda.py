@@ -12,11 +12,17 @@ import torch
 @contextlib.contextmanager
 def fake_cuda_autocast(dtype=None):
     """CUDA autocast (bf16 unless ``dtype``) for fake CUDA tensors: ``torch.autocast('cuda')`` turns itself off
-    without a visible GPU, so the state is set directly, and reset on the way out."""
+    without a visible GPU, so the state is set directly, with ``torch.autocast``'s nesting count (an inner region,
+    such as an ``autocast(enabled=False)`` inside the model, leaves the cast weights cached) and the cache cleared
+    when the outermost region ends, as ``torch.autocast`` does."""
+    enabled, previous = torch.is_autocast_enabled('cuda'), torch.get_autocast_dtype('cuda')
     torch.set_autocast_enabled('cuda', True)
     torch.set_autocast_dtype('cuda', dtype or torch.bfloat16)
+    torch.autocast_increment_nesting()
     try:
         yield
     finally:
-        torch.set_autocast_enabled('cuda', False)
-        torch.clear_autocast_cache()  # as torch.autocast leaves: the next region casts the weights again
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled('cuda', enabled)
+        torch.set_autocast_dtype('cuda', previous)

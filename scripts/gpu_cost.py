@@ -46,7 +46,7 @@ and latency are measured from per-op GPU profiles, ``issue`` too (:func:`launch_
 
 What it cannot see (docs/gpu/cost-model.md): fusion under ``torch.compile``, L2 reuse, a Triton kernel's internal
 traffic and arithmetic, differences within a class (all transposing copies share one efficiency), host time that
-is not Python (synchronizations, allocator calls), and the extra kernels some ops launch.
+is neither Python nor the same for every launch (synchronizations), and the extra kernels some ops launch.
 """
 
 from __future__ import annotations
@@ -215,11 +215,8 @@ def _copy_class(name: str, args, outs: list[torch.Tensor]) -> str:
 
 
 def _channels_last_strides(t: torch.Tensor) -> bool:
-    """Whether torch's ``suggest_memory_format`` calls ``t`` (a conv's input or weight; a 1-D conv's seen as 2-D, as
-    the conv unsqueezes it) channels-last: its strides, with size-1 dims resolved as torch's
-    ``is_channels_last_strides_2d`` resolves them."""
-    if t.dim() == 3:
-        t = t.unsqueeze(2)
+    """Whether torch's ``suggest_memory_format`` calls ``t`` (a 2-D conv's input or weight) channels-last: its
+    strides, with size-1 dims resolved as torch's ``is_channels_last_strides_2d`` resolves them."""
     if t.dim() != 4 or t.stride(1) == 0:
         return False
     smallest = 0
@@ -233,8 +230,9 @@ def _channels_last_strides(t: torch.Tensor) -> bool:
 def _cudnn_layout(name: str, args, out):
     """A conv's results in the layout cuDNN gives them on a GPU: without a device, torch cannot ask whether cuDNN
     runs bfloat16 convs (``supportsBFloat16ConvolutionWithCuDNNv8``), picks its slow fallback for a dense bfloat16
-    conv and makes a channels-last map's results contiguous, which a GPU's cuDNN returns channels-last. Converted
-    under the fake mode, uncounted (inside this mode's dispatch)."""
+    conv and makes a channels-last map's results contiguous, which a GPU's cuDNN returns channels-last (the models
+    counted here run half precision; a float64 conv, which cuDNN does not run, would be made channels-last too).
+    Converted under the fake mode, uncounted (inside this mode's dispatch)."""
     x, w = (args[0], args[1]) if name == 'aten::convolution' else (args[1], args[2])
     if x.dim() != 4 or not (_channels_last_strides(x) or _channels_last_strides(w)):
         return out
@@ -277,7 +275,7 @@ def _unaligned(tensors: list[torch.Tensor]) -> bool:
 
 def _index_put_accumulate(name: str, args, kwargs) -> tuple[int, str] | None:
     """For an accumulating ``index_put``: the bytes its sort-based CUDA kernel reads, which materializes the
-    broadcast indices (an int64 linear index per position) and the values at that size, and its class: with a slice
+    broadcast indices (one int64 per index tensor and position) and the values at that size, and its class: with a slice
     of several elements per index position (the backward of a gather along a trailing dim, as a Toeplitz matrix's
     from its kernel), ``'index_put_slices'``, whose kernel walks each destination's duplicates in turn; else
     ``'index_put_accumulate'``. ``None`` if it does not accumulate."""
@@ -286,7 +284,12 @@ def _index_put_accumulate(name: str, args, kwargs) -> tuple[int, str] | None:
         return None
     dst, values = args[0], args[2]
     indices = [i for i in args[1] if i is not None]
-    positions = math.prod(torch.broadcast_shapes(*(i.shape for i in indices)))
+    masks = [i for i in indices if i.dtype in (torch.bool, torch.uint8)]
+    # a mask stands for its true elements' coordinates: counted as all of its elements (an upper bound)
+    integer = [i.shape for i in indices if i.dtype not in (torch.bool, torch.uint8)]
+    positions = math.prod(torch.broadcast_shapes(*integer)) if integer else 1
+    positions *= math.prod(m.numel() for m in masks)
+    n_index = len(indices) - len(masks) + sum(m.dim() for m in masks)
     indexed, dim = 1, 0  # the product of the indexed dims' sizes (an integer index takes one dim, a mask its own)
     for i in args[1]:
         step = 1 if i is None or i.dtype not in (torch.bool, torch.uint8) else i.dim()
@@ -294,7 +297,7 @@ def _index_put_accumulate(name: str, args, kwargs) -> tuple[int, str] | None:
             indexed *= math.prod(dst.shape[dim : dim + step])
         dim += step
     per_position = math.prod(dst.shape) // max(1, indexed)
-    read = span_bytes(dst) + positions * (8 * len(indices) + per_position * values.element_size())
+    read = span_bytes(dst) + positions * (8 * n_index + per_position * values.element_size())
     return read, 'index_put_slices' if per_position > 1 else 'index_put_accumulate'
 
 
@@ -361,7 +364,9 @@ class OpCounter(TorchDispatchMode):
         if namespace not in ('aten', 'prim') and not _is_triton_op(name):
             impl = _cuda_impl(name)
             if impl is not None:  # count what its CUDA implementation runs
-                paused = self._clock is None  # called from a C++ autograd node: its Python is the host's still
+                # entered with the clock stopped (by a C++ autograd node of the backward walk): its Python still runs
+                # on the host
+                paused = self._clock is None
                 if paused:
                     self.resume()
                 try:
@@ -390,7 +395,7 @@ class OpCounter(TorchDispatchMode):
         try:
             self.collect()
             out = func(*args, **kwargs)
-            if name in _CONV:
+            if name in ('aten::convolution', 'aten::convolution_backward'):
                 out = _cudnn_layout(name, args, out)
             outs = _tensors(out)
             for t in outs:
@@ -428,7 +433,7 @@ class OpCounter(TorchDispatchMode):
         cls = _copy_class(name, args, outs)
         if name in OP_CLASSES['gather'] and outs and outs[0].element_size() <= 2:
             cls = 'gather16'  # one access per element, as a transpose (_copy_class)
-        elif name in _CONV:
+        elif name in ('aten::convolution', 'aten::convolution_backward'):
             cls = _conv_class(name, args)
         elif (accumulate := _index_put_accumulate(name, args, kwargs)) is not None:
             read, cls = accumulate
@@ -592,8 +597,11 @@ def fake_cuda(model: torch.nn.Module) -> torch.nn.Module:
     ``model.to('cuda', memory_format=torch.channels_last)`` leaves them); call under ``FakeTensorMode``."""
 
     def fake(t: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(t.shape, dtype=t.dtype, device='cuda')
-        return out.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else out
+        if t.dim() != 4:
+            return torch.empty(t.shape, dtype=t.dtype, device='cuda')
+        # channels-last strides even where a size-1 dim makes NCHW ones count as channels-last too ((C, 1, K, K)
+        # depthwise weights): .to(memory_format=...) restrides those, .contiguous(memory_format=...) would not
+        return torch.empty(t.shape, dtype=t.dtype, device='cuda', memory_format=torch.channels_last)
 
     for module in model.modules():
         for name, p in module._parameters.items():
@@ -633,16 +641,21 @@ def count_step(
         with OpCounter(), fake_cuda_autocast(), torch.no_grad():
             model(x)
         baseline = dispatch_baseline(OpCounter())
-        runs = [_count_once(model, x, y, train, baseline) for _ in range(repeats or (2 if train else 5))]
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-6) if train else None  # built once, as a loop does
+        runs = [_count_once(model, x, y, optimizer, baseline) for _ in range(repeats or (2 if train else 5))]
     calls = runs[-1].calls
-    if all(len(r.calls) == len(calls) for r in runs):
-        for i, call in enumerate(calls):
-            call.host = min(r.calls[i].host for r in runs)
+    names = [c.name for c in calls]
+    if any([c.name for c in r.calls] != names for r in runs):
+        raise RuntimeError(f'count_step: the {len(runs)} runs of {spec} dispatched different ops; cannot match them')
+    for i, call in enumerate(calls):
+        call.host = min(r.calls[i].host for r in runs)
     return StepCost(spec, 'train' if train else 'eval', batch, calls, runs[-1].peak, method, kwargs or {})
 
 
-def _count_once(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train: bool, baseline: float) -> OpCounter:
-    """One counted eval forward or training step of a fake CUDA model (:func:`count_step`)."""
+def _count_once(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer, baseline: float) -> OpCounter:
+    """One counted eval forward, or (with an ``optimizer``) training step, of a fake CUDA model
+    (:func:`count_step`)."""
+    train = optimizer is not None
     for p in model.parameters():
         p.grad = None
     counter = OpCounter()
@@ -662,7 +675,7 @@ def _count_once(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train:
             walk_backward(root, ones, counter)
             counter.resume()
             del root
-            torch.optim.SGD(model.parameters(), lr=1e-6).step()
+            optimizer.step()
         counter.pause()
     return counter
 
@@ -672,12 +685,12 @@ Efficiency = float | dict[str, tuple[float, float]] | None
 
 def class_cost(cls: str, efficiency: Efficiency = None, latency: float | None = None) -> tuple[float, float]:
     """``(efficiency, latency)`` of an op class: one efficiency for every class (with ``latency``, default
-    ``LATENCY_S``), or a class's entry of a table (``None``: ``CLASS_COST``; ``'other'``'s for a class it lacks),
-    its latency replaced by ``latency`` if given."""
+    ``LATENCY_S``), or a class's entry of a table (``None``: ``CLASS_COST``; for a class it lacks, its profile
+    class's (``PROFILE_CLASS``), else ``'other'``'s), its latency replaced by ``latency`` if given."""
     if isinstance(efficiency, int | float):
         return float(efficiency), LATENCY_S if latency is None else latency
     table = CLASS_COST if efficiency is None else efficiency
-    eff, lat = table.get(cls, table['other'])
+    eff, lat = table.get(cls) or table.get(PROFILE_CLASS.get(cls, cls)) or table['other']
     return eff, lat if latency is None else latency
 
 
@@ -1032,7 +1045,9 @@ and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
   many positions serializes on atomics; an accumulating `index_put` walks each destination's duplicates in turn);
 - **the host beyond Python**: the Python between ops is measured here (the least of repeated runs; this machine is
   shared) and scaled by one fitted factor, as if this machine's Python and the GPU host's differed by one number;
-  synchronizations, the allocator and the driver are in one fitted time per launch. On the H200 host the Toeplitz
+  synchronizations, the allocator and the driver are in one measured time per launch (`launch_time`, the
+  profiled self CPU time of one-kernel ops; the autograd recording of a training forward is in both it and the
+  Python measured here). On the H200 host the Toeplitz
   path at batch 1 to 8 took about 13 ms per step more than its ops' host time, which the Python measured here does
   not show;
 - **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels.
@@ -1081,7 +1096,8 @@ def checkout(commit: str):
 
 
 def calibrate(out: Path) -> None:
-    """Measure each op class's cost and fit the host's two constants on the H200 profiles of call 1; check them,
+    """Measure each op class's cost and the host's launch time and fit its Python scale on the H200 profiles of
+    call 1 (the launch time: calls 2 and 3); check them,
     untouched, on call 2 (other batch sizes and methods, another process), call 3 (later code) and the H200 table of
     the day before (another machine); write the constants (``CONSTANTS``) and the report ``out``. Each row is
     counted on the package of the commit its call ran (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1
@@ -1172,7 +1188,8 @@ def calibrate(out: Path) -> None:
         '',
         f'{_worst(rows2)}.',
         '',
-        '## Call 3 (out of sample: later code, dfa35d0: the fold without float64 passes and the method rule that landed)',
+        '## Call 3 (out of sample but for the launch time: later code, dfa35d0, the fold without float64 passes and '
+        'the method rule that landed)',
         '',
         *comparison_table(rows3),
         '',

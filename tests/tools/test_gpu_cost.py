@@ -8,6 +8,7 @@ import json
 import math
 import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -423,3 +424,24 @@ def test_the_launch_time_is_the_median_self_cpu_time_of_one_kernel_ops(monkeypat
     assert gpu_cost.launch_time(('a',)) == pytest.approx(12e-6)
     with pytest.raises(ValueError, match='no self CPU times'):
         gpu_cost.launch_time(('b',))
+
+
+def test_an_inner_autocast_region_keeps_the_cast_weights():
+    """Under the fake CUDA autocast, a weight used before and after an inner ``autocast(enabled=False)`` region (as
+    the package's float32 sections are) is cast once, as under ``torch.autocast`` on a GPU; a new region casts it
+    again."""
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode(), warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # torch.autocast('cuda') without a GPU says so
+        x = torch.randn(8, 16, device='cuda')
+        w = torch.randn(32, 16, device='cuda', requires_grad=True)
+        with counter:
+            with gpu_cost.fake_cuda_autocast():
+                F.linear(x, w)
+                with torch.autocast('cuda', enabled=False):
+                    pass
+                F.linear(x, w)
+            with gpu_cost.fake_cuda_autocast():
+                F.linear(x, w)
+    weight_casts = [c for c in counter.calls if c.name == 'aten::_to_copy' and c.read == 32 * 16 * 4]
+    assert len(weight_casts) == 2
