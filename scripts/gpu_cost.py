@@ -88,10 +88,10 @@ from torch.utils.flop_counter import flop_registry  # noqa: E402
 # step 04): 80.8 GFLOP in 9.91 ms. The H100 has the same multiprocessors and clocks.
 GROUPED_CONV_FLOPS = 8.2e12
 GPUS = {
-    'h100': dict(bandwidth=3.35e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS),
-    'h200': dict(bandwidth=4.8e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS),
+    'h100': dict(bandwidth=3.35e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS, cpu=math.inf),
+    'h200': dict(bandwidth=4.8e12, tensor=790e12, simt=60e12, fp64=60e12, grouped=GROUPED_CONV_FLOPS, cpu=math.inf),
 }
-UNITS = ('simt', 'tensor', 'fp64', 'grouped')
+UNITS = ('simt', 'tensor', 'fp64', 'grouped', 'cpu')  # 'cpu': an op on CPU tensors, host time only
 TRUST = 0.20  # a predicted ratio within 20 % of the measured one is trusted (issue 39)
 
 # Op classes: what each class's kernels achieve of the roofline differs by up to 20x (gathers, scatters, small-tile
@@ -137,6 +137,7 @@ PROFILE_CLASS = {'transpose': 'copy', 'transpose16': 'copy', 'gather16': 'gather
 PROFILE_CLASS |= {'conv_dw_backward': 'conv_backward'}
 PROFILE_CLASS |= {'conv_dw_native_backward': 'conv_backward', 'index_put_accumulate': 'index_put'}
 PROFILE_CLASS |= {'index_put_slices': 'index_put', 'matmul_unaligned': 'matmul', 'bmm_unaligned': 'bmm'}
+PROFILE_CLASS |= {'sync': 'copy'}
 
 
 # Per class: (efficiency, latency): a call takes its roofline time over the efficiency plus the latency (launch,
@@ -160,8 +161,10 @@ _WRITE_ONLY |= {'aten::new_zeros', 'aten::new_ones', 'aten::new_full'}
 @dataclass
 class Call:
     """One counted op call: its name, bytes read and written, FLOPs, the unit that runs it, its class where the
-    name does not say it (``PROFILE_CLASS``: e.g. ``'transpose'``, a copy between memory layouts), and ``host``: the
-    seconds of Python that ran on this machine since the op before it (:meth:`OpCounter.resume`)."""
+    name does not say it (``PROFILE_CLASS``: e.g. ``'transpose'``, a copy between memory layouts; ``'sync'``, a copy
+    between host and device, which waits for the device), and ``host``: the seconds of Python that ran on this
+    machine since the op before it (:meth:`OpCounter.resume`). An op on CPU tensors has the unit ``'cpu'``: it costs
+    the host its issue time and the device nothing."""
 
     name: str
     read: int
@@ -419,8 +422,11 @@ class OpCounter(TorchDispatchMode):
             formula = flop_registry.get(func.overloadpacket)
             flops = int(formula(*args, **kwargs, out_val=out)) if formula is not None else 0
         half = any(t.dtype in (torch.float16, torch.bfloat16) for t in _tensors(args))
+        devices = {t.device.type for t in [*_tensors((args, kwargs)), *outs]}
         unit = 'simt'
-        if name in _CONV and groups > 1:
+        if devices == {'cpu'}:
+            unit = 'cpu'  # runs on the host: no launch, no device time
+        elif name in _CONV and groups > 1:
             unit = 'grouped'
         elif half and (name in _TENSOR_UNIT or name in _CONV):
             unit = 'tensor'
@@ -430,8 +436,10 @@ class OpCounter(TorchDispatchMode):
         # is not read
         sources = (args[1:], {k: v for k, v in kwargs.items() if k != 'out'}) if name in _WRITE_ONLY else (args, kwargs)
         read = sum(span_bytes(t) for t in _tensors(sources) if 'out' not in kwargs or t is not kwargs['out'])
-        cls = _copy_class(name, args, outs)
-        if name in OP_CLASSES['gather'] and outs and outs[0].element_size() <= 2:
+        cls = 'sync' if devices == {'cpu', 'cuda'} else _copy_class(name, args, outs)
+        if cls == 'sync':
+            pass  # a copy between host and device: torch waits for the device to finish (a pageable buffer)
+        elif name in OP_CLASSES['gather'] and outs and outs[0].element_size() <= 2:
             cls = 'gather16'  # one access per element, as a transpose (_copy_class)
         elif name in ('aten::convolution', 'aten::convolution_backward'):
             cls = _conv_class(name, args)
@@ -573,6 +581,8 @@ class StepCost:
                 flops=np.array([c.flops for c in self.calls], dtype=np.float64),
                 unit=np.array([UNITS.index(c.unit) for c in self.calls], dtype=np.int64),
                 host=np.array([c.host for c in self.calls], dtype=np.float64),
+                sync=np.array([c.cls == 'sync' for c in self.calls], dtype=bool),
+                device=np.array([c.unit != 'cpu' for c in self.calls], dtype=bool),
             )
             names, index = np.unique(np.array([call_class(c) for c in self.calls] or [''], dtype=object),
                                      return_inverse=True)  # fmt: skip
@@ -581,15 +591,15 @@ class StepCost:
 
     @property
     def bytes(self) -> int:
-        return sum(c.read + c.written for c in self.calls)
+        return sum(c.read + c.written for c in self.calls if c.unit != 'cpu')
 
     @property
     def launches(self) -> int:
-        return len(self.calls)
+        return sum(c.unit != 'cpu' for c in self.calls)
 
     @property
     def flops(self) -> int:
-        return sum(c.flops for c in self.calls)
+        return sum(c.flops for c in self.calls if c.unit != 'cpu')
 
 
 def fake_cuda(model: torch.nn.Module) -> torch.nn.Module:
@@ -702,7 +712,10 @@ def roofline(call: Call, gpu: str = 'h100') -> float:
 
 
 def device_time(call: Call, gpu: str = 'h100', efficiency: Efficiency = None, latency: float | None = None) -> float:
-    """Modeled device seconds of one op call: its roofline time over its class's efficiency, plus its latency."""
+    """Modeled device seconds of one op call: its roofline time over its class's efficiency, plus its latency (none
+    for an op on CPU tensors)."""
+    if call.unit == 'cpu':
+        return 0.0
     eff, lat = class_cost(call_class(call), efficiency, latency)
     return roofline(call, gpu) / eff + lat
 
@@ -738,6 +751,8 @@ def timeline(
         end = start + device_time(call, gpu, efficiency, latency)
         added.append(end - device)
         device = end
+        if call.cls == 'sync':  # the host waits for the device
+            host = max(host, device)
     return added
 
 
@@ -748,9 +763,10 @@ def model_time(
     issue: Issue = None,
     latency: float | None = None,
 ) -> float:
-    """Modeled seconds of a counted run: the end of :func:`timeline`, in closed form. With device times ``d_i``,
-    their prefix sums ``S_k`` and the host's times ``h_i``, the last call ends at
-    ``S_n + max(0, max_j (h_1 + ... + h_j - S_(j-1)))``."""
+    """Modeled seconds of a counted run: the end of :func:`timeline`, in closed form between synchronizations. A
+    stretch that starts with the host at ``H`` and the device at ``D``, with device times ``d_i``, their prefix sums
+    ``S_k`` and the host's times ``h_i``, ends at ``S_n + max(D, max_j (H + h_1 + ... + h_j - S_(j-1)))``; after a
+    synchronization the host starts where the device ended, if that is later."""
     per_op, scale = issue_times(issue)
     spec = GPUS[gpu]
     arrays = step.arrays()
@@ -758,9 +774,20 @@ def model_time(
     compute = arrays['flops'] / np.array([spec[u] for u in UNITS])[arrays['unit']]
     costs = np.array([class_cost(c, efficiency, latency) for c in arrays['classes']], dtype=np.float64)
     eff, lat = costs[arrays['class_index'], 0], costs[arrays['class_index'], 1]
-    prefix = np.concatenate([[0.0], np.cumsum(np.maximum(memory, compute) / eff + lat)])
-    wait = np.cumsum(per_op + scale * arrays['host']) - prefix[:-1]
-    return float(prefix[-1] + max(0.0, wait.max(initial=0.0)))
+    durations = np.where(arrays['device'], np.maximum(memory, compute) / eff + lat, 0.0)
+    hosts = per_op + scale * arrays['host']
+    host = device = 0.0
+    bounds = [0, *(np.flatnonzero(arrays['sync']) + 1).tolist(), len(durations)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi <= lo:
+            continue
+        prefix = np.concatenate([[0.0], np.cumsum(durations[lo:hi])])
+        issued = host + np.cumsum(hosts[lo:hi])
+        device = float(prefix[-1] + max(device, (issued - prefix[:-1]).max()))
+        host = float(issued[-1])
+        if arrays['sync'][hi - 1]:
+            host = max(host, device)
+    return device
 
 
 def by_op(step: StepCost, gpu: str = 'h100') -> dict[tuple[str, str], dict]:
@@ -892,6 +919,8 @@ def class_costs(pairs: list[tuple[dict, StepCost]], gpu: str) -> dict[str, dict]
         R: dict[str, float] = defaultdict(float)
         n: dict[str, int] = defaultdict(int)
         for c in step.calls:
+            if c.unit == 'cpu':  # no kernel
+                continue
             cls = call_class(c)
             R[cls] += roofline(c, gpu)
             n[PROFILE_CLASS.get(cls, cls)] += 1

@@ -445,3 +445,32 @@ def test_an_inner_autocast_region_keeps_the_cast_weights():
                 F.linear(x, w)
     weight_casts = [c for c in counter.calls if c.name == 'aten::_to_copy' and c.read == 32 * 16 * 4]
     assert len(weight_casts) == 2
+
+
+def test_ops_on_the_host_launch_nothing_and_a_copy_to_the_device_waits_for_it():
+    """A table built on CPU tensors and copied to the device: the CPU ops cost the host its issue time and the device
+    nothing (no launches, no bytes); the copy waits for the device (``'sync'``), so the host issues the next op only
+    after a long kernel before it has finished, where without the wait it would have issued it meanwhile."""
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        big = torch.randn(2**26, device='cuda')
+        with counter:
+            table = torch.arange(64.0).cos()  # on the host
+            big.mul(2)
+            on_device = table.to('cuda')
+            on_device.add(1)
+    names = [(c.name, c.unit, c.cls) for c in counter.calls]
+    assert names == [('aten::arange', 'cpu', ''), ('aten::cos', 'cpu', ''), ('aten::mul', 'simt', ''),
+                     ('aten::_to_copy', 'simt', 'sync'), ('aten::add', 'simt', '')], names  # fmt: skip
+    step = gpu_cost.StepCost('m', 'eval', 1, counter.calls)
+    assert step.launches == 3 and step.bytes == 2**26 * 8 + 64 * 8 + 64 * 8
+    issue = (10e-6, 0.0)
+    kernel = gpu_cost.device_time(counter.calls[2], 'h200', 0.5)
+    small = [gpu_cost.device_time(c, 'h200', 0.5) for c in counter.calls[3:]]
+    # host: 3 issues, then the kernel runs; the copy ends it; the host waits, then issues the add
+    expected = 3 * issue[0] + kernel + small[0] + issue[0] + small[1]
+    assert gpu_cost.model_time(step, 'h200', 0.5, issue) == pytest.approx(expected)
+    assert sum(gpu_cost.timeline(step, 'h200', 0.5, issue)) == pytest.approx(expected)
+    no_wait = gpu_cost.StepCost('m', 'eval', 1, [*counter.calls[:3], gpu_cost.Call('aten::_to_copy', 256, 256, 0, 'simt'),
+                                                 counter.calls[4]])  # fmt: skip
+    assert gpu_cost.model_time(no_wait, 'h200', 0.5, issue) == pytest.approx(3 * issue[0] + kernel + sum(small))
