@@ -1077,8 +1077,8 @@ and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
   synchronizations, the allocator and the driver are in one measured time per launch (`launch_time`, the
   profiled self CPU time of one-kernel ops; the autograd recording of a training forward is in both it and the
   Python measured here). On the H200 host the Toeplitz
-  path at batch 1 to 8 took about 13 ms per step more than its ops' host time, which the Python measured here does
-  not show;
+  path at batch 8 took about 13 ms per step more than its ops' host time (call 2), which the Python measured here
+  does not show;
 - **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels.
 
 Trust it only where a row's predicted ratio fell within 20 % of the measured one in `cost-model-calibration.md`
