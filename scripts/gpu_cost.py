@@ -791,11 +791,11 @@ def model_time(
 
 
 def by_op(step: StepCost, gpu: str = 'h100') -> dict[tuple[str, str], dict]:
-    """Per (op, unit): launches, GB, GFLOP and modeled ms, summed over the calls."""
+    """Per (op, unit): launches (none for an op on CPU tensors), GB, GFLOP and modeled ms, summed over the calls."""
     ops: dict[tuple[str, str], dict] = defaultdict(lambda: dict(launches=0, gb=0.0, gflop=0.0, ms=0.0))
     for c, seconds in zip(step.calls, timeline(step, gpu)):
         row = ops[c.name, c.unit]
-        row['launches'] += 1
+        row['launches'] += c.unit != 'cpu'
         row['gb'] += (c.read + c.written) / 1e9
         row['gflop'] += c.flops / 1e9
         row['ms'] += seconds * 1e3
