@@ -456,16 +456,6 @@ class OpCounter(TorchDispatchMode):
         self.calls.append(Call(name, read, sum(span_bytes(t) for t in outs), flops, unit, cls, host))
 
 
-def _resume(counter: OpCounter | None) -> None:
-    if counter is not None:
-        counter.resume()
-
-
-def _pause(counter: OpCounter | None) -> None:
-    if counter is not None:
-        counter.pause()
-
-
 def dispatch_baseline(counter: OpCounter, n: int = 400) -> float:
     """The median seconds from one Python op call to the next under ``counter`` (in a ``FakeTensorMode``) for a
     loop with nothing between the calls: the way into the mode, which the ``host`` of a call leaves out."""
@@ -516,9 +506,11 @@ def walk_backward(root, grad: torch.Tensor, counter: OpCounter | None = None) ->
             metas = node._input_metadata
             grads = [g if g is not None else torch.zeros(m.shape, dtype=m.dtype, device=m.device)
                      for g, m in zip(grads, metas)]  # fmt: skip
-            _resume(counter)  # its backward is Python, which the host runs
+            if counter is not None:  # its backward is Python, which the host runs
+                counter.resume()
             outs = node.apply(*grads)
-            _pause(counter)
+            if counter is not None:
+                counter.pause()
             outs = outs if isinstance(outs, tuple) else (outs,)
             edges = [e for e in edges if e[0] is not None]
             outs = [g for g, need in zip(outs, node.needs_input_grad) if need]
@@ -815,15 +807,16 @@ def report(step: StepCost, gpu: str, top: int) -> list[str]:
     return lines
 
 
-def count_all(specs: list[str], batch: int, img_size: int, code: Path | None = None) -> dict[tuple[str, str], StepCost]:
-    """Count every model's eval and training step, each in its own process (``code``: the checkout whose package is
-    counted, for the calibration at an older commit)."""
+def count_all(
+    specs: list[str], batch: int, img_size: int, modes: tuple[str, ...] = ('eval', 'train')
+) -> dict[tuple[str, str], StepCost]:
+    """Count every model in ``modes`` (a deployed model has no training step), each in its own process."""
     out = {}
     for spec in specs:
-        for mode in ('eval', 'train'):
+        for mode in modes:
             if mode == 'train' and spec.endswith(':reparam'):
                 continue
-            out[spec, mode] = count_in_process(spec, mode, batch, img_size, code=code)
+            out[spec, mode] = count_in_process(spec, mode, batch, img_size)
     return out
 
 
@@ -1275,7 +1268,7 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     command = f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}'
     header = _header(command + (f' --before {before}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
-    one = {k: v for k, v in count_all(FAMILIES_T, 1, 224).items() if k[1] == 'eval'}
+    one = count_all(FAMILIES_T, 1, 224, modes=('eval',))
     base = {
         'eval128': model_time(big['convnext_tiny', 'eval'], gpu),
         'eval1': model_time(one['convnext_tiny', 'eval'], gpu),
