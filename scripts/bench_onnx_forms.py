@@ -8,7 +8,7 @@ the alternatives they were chosen against), exported alone with ``torch.onnx.exp
 in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs after three warm-up runs). The shapes are
 ConvNeXt-atto's and -T's stages (channels, map). The maximum error against the float64 specification, relative to
 the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
-DynamicConv forms. ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
+DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
-    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx
+    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_dense
 
     g = torch.Generator().manual_seed(0)
     for B in batches:
@@ -86,15 +86,19 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
                 yield 'long_conv', (B, C, L), forms, (x,), (k,), (L - 1,), engine_torch.toeplitz_conv
         if 'talk' in ops:  # (C, heads, H, W)
-            for C, heads, H, W in [(40, 4, 56, 56), (160, 16, 14, 14)][:limit]:
+            talk_shapes = [(40, 4, 56, 56), (160, 16, 14, 14), (192, 12, 28, 28), (384, 24, 14, 14), (768, 48, 7, 7)]
+            for C, heads, H, W in talk_shapes[:limit]:
                 x, off = torch.randn(B, C, H * W, generator=g), torch.rand(B, heads, H * W, 2, generator=g)
                 forms = {'reference': talk1d_reference, 'onnx': talk1d_onnx}
                 yield 'talk1d', (B, C, H * W), forms, (x, off), (), (30, 30), talk1d_reference
                 x, off = torch.randn(B, C, H, W, generator=g), torch.rand(B, heads, H, W, 4, generator=g)
+                forms = {'reference': talk2d_reference, 'dense': talk2d_dense}
+                if H * W > 1000:
+                    del forms['dense']  # an HW x HW matrix per image and head: gigabytes
                 yield (
                     'talk2d',
                     (B, C, H, W),
-                    {'reference': talk2d_reference},
+                    forms,
                     (x, off),
                     (),
                     (3, 3, 3, 3),

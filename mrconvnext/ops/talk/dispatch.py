@@ -8,9 +8,21 @@ import torch
 from .. import availability
 from ..checks import check_choice
 
-__all__ = ['TALK_ENGINES', 'talk_engine', 'talk_engine_constant']
+__all__ = ['TALK_ENGINES', 'ONNX_DENSE_MAX_POSITIONS', 'talk2d_onnx_method', 'talk_engine', 'talk_engine_constant']
 
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
+
+# TaLK 2-D's ONNX form on maps of up to this many positions: one dense box matrix per image and head and a MatMul;
+# larger maps: the integral image's sixteen lookups. `python scripts/bench_onnx_forms.py --ops talk` at the ConvNeXt
+# stages (docs/benchmarks.md): the matrix wins at 7 x 7 and 14 x 14 (batch 1 about 2x, batch 8 1.3x at
+# ConvNeXt-T's 14 x 14) and loses at 28 x 28 (2.2x slower at batch 1, 1.5x at batch 8; its memory grows with the
+# map's square). 196 is the largest size measured on the winning side.
+ONNX_DENSE_MAX_POSITIONS = 196
+
+
+def talk2d_onnx_method(positions: int) -> str:
+    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'`` or ``'table'``."""
+    return 'dense' if positions <= ONNX_DENSE_MAX_POSITIONS else 'table'
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:

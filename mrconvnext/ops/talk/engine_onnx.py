@@ -10,9 +10,12 @@ long prefix sum), so the four lookups of a window are ``Gather``s of whole rows 
 indices. The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
 full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the
 price.
-2-D: the specification itself. The row-gather form needs sixteen full-size lookups per box and measured slower in
-ONNX Runtime (so did a one-gather form reading four tables, for both 1-D and 2-D). ``python
-scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
+2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
+head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
+on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
+instead of sixteen full-size lookups). Larger maps: the specification itself. The row-gather form needs sixteen
+full-size lookups per box and measured slower in ONNX Runtime (so did a one-gather form reading four tables, for both
+1-D and 2-D). ``python scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
+from .dispatch import talk2d_onnx_method
 from .reference import talk2d_reference, window_edges
 
-__all__ = ['talk1d_onnx', 'talk2d_onnx']
+__all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense']
 
 
 def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
@@ -55,5 +59,47 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
 def talk2d_onnx(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: the specification (see the module docstring)."""
-    return talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense` on small maps, else the specification
+    (:func:`.dispatch.talk2d_onnx_method`)."""
+    method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
+    fn = talk2d_dense if method == 'dense' else talk2d_reference
+    return fn(x, offsets, max_left, max_right, max_top, max_bottom)
+
+
+def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
+    """``(..., n)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at an edge
+    ``u`` (``(...)``) of :func:`.reference.window_edges`: ``min(max(u - i, 0), 1)`` for cell ``i``. The derivative in
+    ``u`` goes to the cell the specification's lookup reads, the one the edge grows into: for an end the cell with
+    ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. torch's ``relu`` and ``clamp`` pass no gradient
+    at their bounds, so the bound that must pass one is written as a difference: ``a + relu(-a)`` is ``max(a, 0)``
+    with gradient at 0, ``b - relu(b - 1)`` is ``min(b, 1)`` with gradient at 1 (both exact in floating point). A NaN
+    ``u`` makes every weight NaN."""
+    a = u.unsqueeze(-1) - torch.arange(n, device=u.device, dtype=u.dtype)
+    if end:
+        return (a + torch.relu(-a)).clamp(max=1)
+    b = torch.relu(a)
+    return b - torch.relu(b - 1)
+
+
+def talk2d_dense(
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> torch.Tensor:
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, as one ``(HW, HW)`` matrix per image and head: row ``p``
+    holds the weights of every cell in the box of ``p`` (its row weights times its column weights, each an end's
+    :func:`_cells` less a start's), and the ``R`` channels of the head are multiplied by it."""
+    heads = check_inputs(x, offsets, 2)
+    ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
+    B, C, H, W = x.shape
+    R, N = C // heads, H * W
+    acc = acc_dtype(x.dtype)
+    off = offsets.to(acc).reshape(B, heads, N, 4)
+    pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W)  # the row of each position
+    pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H)
+    (left, _), (right, _) = window_edges(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)
+    (top, _), (bottom, _) = window_edges(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
+    rows = _cells(bottom, H, end=True) - _cells(top, H, end=False)  # (B, heads, N, H)
+    cols = _cells(right, W, end=True) - _cells(left, W, end=False)  # (B, heads, N, W)
+    cols = cols / ((ml + mr + 1) * (mt + mb + 1))
+    box = (rows.unsqueeze(-1) * cols.unsqueeze(-2)).reshape(B, heads, N, N)  # (b, head, p, q)
+    y = torch.matmul(x.to(acc).reshape(B, heads, R, N), box.transpose(-1, -2))
+    return y.reshape(B, C, H, W).to(x.dtype)

@@ -125,6 +125,27 @@ def test_reference_matches_naive_2d():
     torch.testing.assert_close(talk2d_reference(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
 
 
+def test_onnx_2d_algorithms_match_naive():
+    """TaLK 2-D's ONNX form: the dense box matrix and the integral image (the specification) against the loop in
+    float64, at a map with three heads and windows that reach past its edges; the form picks the matrix up to
+    ONNX_DENSE_MAX_POSITIONS positions."""
+    from mrconvnext.ops.talk.engine_onnx import talk2d_dense
+
+    B, C, H, Hh, Ww = 2, 6, 3, 7, 9
+    maxes = (4, 2, 3, 5)
+    x = torch.randn(B, C, Hh, Ww, dtype=torch.float64)
+    off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes))
+    expected = naive_talk2d(x, off, *maxes)
+    torch.testing.assert_close(talk2d_dense(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+    limit = talk_dispatch.ONNX_DENSE_MAX_POSITIONS
+    assert [talk_dispatch.talk2d_onnx_method(n) for n in (1, limit, limit + 1)] == ['dense', 'dense', 'table']
+    x, off = (
+        torch.randn(1, 2, 1, limit + 1, dtype=torch.float64),
+        torch.rand(1, 1, 1, limit + 1, 4, dtype=torch.float64),
+    )
+    torch.testing.assert_close(talk2d(x, off, *maxes, engine='onnx'), naive_talk2d(x, off, *maxes))
+
+
 def test_zero_max_offsets_is_identity():
     x = torch.randn(2, 6, 11, dtype=torch.float64)
     off = torch.rand(2, 3, 11, 2, dtype=torch.float64)
