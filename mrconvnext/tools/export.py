@@ -57,13 +57,14 @@ def export_onnx(
 
     The call any user makes, ``torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=...)``, with
     onnxscript's optimizer run without its pattern rewriter (:func:`_optimize`: the same graph, in about half the
-    export time for the largest models). While it traces, every mixer's ``'auto'`` resolves to its ONNX form (:func:`mrconvnext.ops.availability.onnx_exporting`), so
-    the graph holds standard ONNX operators only. MRConv mixers become matrix products (Toeplitz for short maps,
-    row DFTs and block-Toeplitz products for long ones: ``MatMul``s whose kernel-derived matrices depend on the
-    weights alone, which ONNX Runtime folds at load), TaLK prefix sums and gathers, DynamicConv a one-hot
-    depthwise ``Conv`` and a weighted sum, LightConv a grouped ``Conv``. The program is traced with at least two images (an example batch
-    of 1 would fix the batch axis). ``exporter='torchscript'`` (PyTorch's deprecated exporter, ``dynamo=False``)
-    traces the same forms.
+    export time for the largest models). While it traces, every mixer's ``'auto'`` resolves to its ONNX form
+    (:func:`mrconvnext.ops.availability.onnx_exporting`), so the graph holds standard ONNX operators only. MRConv
+    mixers become matrix products (Toeplitz for short maps, row DFTs and block-Toeplitz products for long ones:
+    ``MatMul``s whose kernel-derived matrices depend on the weights alone, which ONNX Runtime folds at load), TaLK
+    prefix sums and gathers (2-D on small maps: one box matrix per image and head), DynamicConv a band matrix on
+    short sequences and a one-hot depthwise ``Conv`` on long ones, LightConv a grouped ``Conv``. The program is
+    traced with at least two images (an example batch of 1 would fix the batch axis). ``exporter='torchscript'``
+    (PyTorch's deprecated exporter, ``dynamo=False``) traces the same forms.
     """
     model = copy.deepcopy(model).eval()
     if exporter == 'auto':
