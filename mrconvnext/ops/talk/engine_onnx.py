@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 from .dispatch import talk2d_onnx_method
-from .reference import talk2d_reference, window_edges
+from .reference import talk2d_reference, window_bounds, window_edges
 
 __all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense']
 
@@ -68,7 +68,7 @@ def talk2d_onnx(
 
 def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
     """``(..., n)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at an edge
-    ``u`` (``(...)``) of :func:`.reference.window_edges`: ``min(max(u - i, 0), 1)`` for cell ``i``. The derivative in
+    ``u`` (``(...)``) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for cell ``i``. The derivative in
     ``u`` goes to the cell the specification's lookup reads, the one the edge grows into: for an end the cell with
     ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. torch's ``relu`` and ``clamp`` pass no gradient
     at their bounds, so the bound that must pass one is written as a difference: ``a + relu(-a)`` is ``max(a, 0)``
@@ -95,8 +95,8 @@ def talk2d_dense(
     off = offsets.to(acc).reshape(B, heads, N, 4)
     pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W)  # the row of each position
     pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H)
-    (left, _), (right, _) = window_edges(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)
-    (top, _), (bottom, _) = window_edges(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
+    left, right = window_bounds(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)
+    top, bottom = window_bounds(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
     rows = _cells(bottom, H, end=True) - _cells(top, H, end=False)  # (B, heads, N, H)
     cols = _cells(right, W, end=True) - _cells(left, W, end=False)  # (B, heads, N, W)
     cols = cols / ((ml + mr + 1) * (mt + mb + 1))

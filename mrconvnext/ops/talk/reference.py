@@ -11,15 +11,15 @@ import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 
-__all__ = ['talk1d_reference', 'talk2d_reference', 'window_edges']
+__all__ = ['talk1d_reference', 'talk2d_reference', 'window_bounds', 'window_edges']
 
 
 # ------------------------------------------------------------------------------------------ reference
 
 
-def window_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
-    """Window boundaries on one axis of ``n`` cells: ``((u, k), (u, k))`` for the start and the end, ``u = k + f`` the
-    real position on the prefix axis and ``k`` (detached) the cell it interpolates in."""
+def window_bounds(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
+    """Window boundaries on one axis of ``n`` cells: ``(u_start, u_end)``, the real positions on the prefix axis
+    (``0 <= u_start <= n - 1``, ``1 <= u_end <= n``)."""
     a = pos - d_start
     b = pos + d_end
     # Clamp with torch.where (explicit about the gradient at the bounds): zero gradient when a boundary is
@@ -27,6 +27,13 @@ def window_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, 
     # growing window; the other two bounds only matter for offsets outside [0, 1].
     u_s = torch.where(a <= 0, 0.0, torch.where(a > n - 1, n - 1.0, a))
     u_e = torch.where(b >= n - 1, n - 1.0, torch.where(b < 0, 0.0, b)) + 1
+    return u_s, u_e
+
+
+def window_edges(pos: torch.Tensor, d_start: torch.Tensor, d_end: torch.Tensor, n: int):
+    """Window boundaries on one axis of ``n`` cells: ``((u, k), (u, k))`` for the start and the end, ``u = k + f`` the
+    real position on the prefix axis (:func:`window_bounds`) and ``k`` (detached) the cell it interpolates in."""
+    u_s, u_e = window_bounds(pos, d_start, d_end, n)
     # k: the cell a growing window moves into (the derivative convention at integer positions). A NaN offset
     # gives a NaN boundary u; its index is set to 0 so the lookup is valid and the NaN reaches the output
     # through u - k, as in the fused and native implementations.
