@@ -472,6 +472,32 @@ def dispatch_baseline(counter: OpCounter, n: int = 400) -> float:
     return gaps[len(gaps) // 2]
 
 
+def _graph_held_weakly() -> bool:
+    """Whether the Python objects of autograd nodes neither keep their nodes alive nor are kept by them (torch 2.11):
+    a node then lives only while something in the graph holds it (an output's ``grad_fn``, a consumer's edge), and a
+    node met again through another edge may come back as a new object with a new ``id``. torch 2.14 keeps both alive
+    together. Probed on a Python ``autograd.Function``'s node, whose ``next_functions`` raises once it is gone."""
+
+    class _Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    node = _Twice.apply(torch.zeros(1, requires_grad=True)).grad_fn  # its output is gone at once
+    try:
+        _ = node.next_functions
+    except RuntimeError:
+        return True
+    return False
+
+
+GRAPH_HELD_WEAKLY = _graph_held_weakly()  # probed at import, outside any counting or fake mode
+
+
 @torch.no_grad()  # as the engine runs a backward without create_graph: the gradients record no graph
 def walk_backward(root, grad: torch.Tensor, counter: OpCounter | None = None) -> None:
     """Backward from ``root`` (a loss's ``grad_fn``) by calling each autograd node in dependency order (among the
@@ -479,11 +505,17 @@ def walk_backward(root, grad: torch.Tensor, counter: OpCounter | None = None) ->
     gradients go to ``.grad``. The caller drops its own references to the graph first, so that each node (and what
     it saved) is freed once it has run, as the engine frees it. ``counter``: measure Python time only inside the
     nodes whose backward is Python (the walk's own bookkeeping and the calls of C++ nodes stand for the engine's
-    C++)."""
+    C++). Where torch holds the graph weakly (:data:`GRAPH_HELD_WEAKLY`: torch 2.11) the walk holds every node until
+    it ends, so that the nodes keep their identities: nothing is freed as it runs there, and the peak memory of a
+    training step counts every saved tensor to the end (the calibrated numbers come from torch 2.14); a root that
+    is a Python ``autograd.Function``'s node needs its output alive in the caller."""
     deps: dict[int, int] = defaultdict(int)
+    held = []  # GRAPH_HELD_WEAKLY: every node, to the end of the walk
     stack, seen = [root], {id(root)}
     while stack:
         node = stack.pop()
+        if GRAPH_HELD_WEAKLY:
+            held.append(node)
         for nxt, _ in node.next_functions:
             if nxt is not None:
                 deps[id(nxt)] += 1

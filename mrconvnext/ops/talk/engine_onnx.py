@@ -70,15 +70,14 @@ def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
     """``(..., n)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at an edge
     ``u`` (``(...)``) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for cell ``i``. The derivative in
     ``u`` goes to the cell the specification's lookup reads, the one the edge grows into: for an end the cell with
-    ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. torch's ``relu`` and ``clamp`` pass no gradient
-    at their bounds, so the bound that must pass one is written as a difference: ``a + relu(-a)`` is ``max(a, 0)``
-    with gradient at 0, ``b - relu(b - 1)`` is ``min(b, 1)`` with gradient at 1 (both exact in floating point). A NaN
+    ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. Written with ``relu`` alone, whose gradient at
+    0 is 0 in every torch version (``clamp``'s at its bounds changed between 2.11 and 2.14): ``relu(a) - relu(a - 1)``
+    for a start (exact), ``1 - (relu(1 - a) - relu(-a))`` for an end (within half an ulp of 1 of the weight). A NaN
     ``u`` makes every weight NaN."""
     a = u.unsqueeze(-1) - torch.arange(n, device=u.device, dtype=u.dtype)
     if end:
-        return (a + torch.relu(-a)).clamp(max=1)
-    b = torch.relu(a)
-    return b - torch.relu(b - 1)
+        return 1 - (torch.relu(1 - a) - torch.relu(-a))
+    return torch.relu(a) - torch.relu(a - 1)
 
 
 def talk2d_dense(
