@@ -68,6 +68,8 @@ GROUPS: dict[str, tuple[str, dict, list[tuple[str, int, str]]]] = {
     'final_scale': ('mrconvnext_t', {'combine': 'scale'}, [('train', 128, 'auto')]),
     'final_reparam': ('mrconvnext_t:reparam', {}, [('eval', 1, 'auto'), ('eval', 8, 'auto'), ('eval', 128, 'auto')]),
     'reparam_compiled': ('mrconvnext_t:reparam', {}, [('eval-compiled', 128, 'auto')]),
+    # the fourth call: LightConv's mixers on the DynamicConv Triton kernels ('auto' takes the grouped conv)
+    'light_triton': ('lightconvnext_t', {'engine': 'triton'}, [('eval', 128, 'auto'), ('train', 128, 'auto')]),
 }
 CALL1 = 'convnext,reparam,bn,scale,talk,talk2d,light,dyn,branched'
 TINY = {'convnext_tiny': 'convnext_atto', 'mrconvnext_t:reparam': 'mrconvnext_atto:reparam'}
