@@ -261,11 +261,24 @@ def test_light_conv_gradcheck_and_operators():
     torch.library.opcheck(dt.light_conv_triton_backward, args, test_utils=utils)
 
 
-def test_light_conv_engine_resolution():
-    """'auto' is the grouped conv on every device (the Triton kernels are opt-in until a GPU measures them faster)."""
-    assert light_conv_dispatch.light_conv_engine('cpu', 'auto') == 'torch'
-    assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
-    assert engines.resolve('light_conv1d', 'cuda') == ('-', 'torch')
+def test_light_conv_engine_resolution(monkeypatch):
+    """'auto': the Triton kernels on CUDA where Triton runs (measured faster on an H200), the grouped conv on the CPU,
+    under ONNX export, and on CUDA without Triton (with a warning)."""
+    assert light_conv_dispatch.light_conv_engine('cpu', 'auto') == 'torch'  # 'auto' never interprets
+    if availability.triton_unavailable('cuda') is None:
+        assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'triton'
+        assert engines.resolve('light_conv1d', 'cuda') == ('-', 'triton')
+    assert light_conv_dispatch.light_conv_engine('cuda', 'torch') == 'torch'
+    with monkeypatch.context() as m:
+        m.setattr(availability, 'onnx_exporting', lambda: True)
+        assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
+    with monkeypatch.context() as m:
+        m.setattr(availability, 'triton_unavailable', lambda device_type: 'no Triton here (test)')
+        availability.reset()  # the one-time warning again
+        with pytest.warns(RuntimeWarning, match='no Triton here .test.; LightConv uses the grouped conv1d on cuda'):
+            assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
+        with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for cuda: no Triton here'):
+            light_conv_dispatch.light_conv_engine('cuda', 'triton')
     with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for meta'):
         light_conv_dispatch.light_conv_engine('meta', 'triton')
     with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
