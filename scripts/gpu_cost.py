@@ -867,7 +867,10 @@ def count_in_process(
     return StepCost.from_json(proc.stdout)
 
 
-PROFILES = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26b'  # scripts/gpu_profile.py on an H200, two calls
+PROFILES = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26b'  # scripts/gpu_profile.py on an H200, three calls
+# each call's rows: calls 1-3 of the session of 2026-11-26, call 4 the next day's (every family's T model at d0ef7d0)
+CALL_DIRS = {c: PROFILES / c for c in ('call1', 'call2', 'call3')}
+CALL_DIRS['call4'] = ROOT / 'docs' / 'gpu' / 'h200_2026-11-27' / 'profile'
 CONSTANTS = ROOT / 'docs' / 'gpu' / 'cost-model-constants.json'  # written by --calibrate, read at import
 H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gpu_nvidia_h200.csv'  # 3f6fcf6
 
@@ -884,23 +887,23 @@ _load_constants()
 
 
 def profile_rows(call: str) -> list[dict]:
-    """The eager rows of one call of ``scripts/gpu_profile.py`` under ``PROFILES``."""
-    lines = (PROFILES / call / 'rows.jsonl').read_text().splitlines()
+    """The eager rows of one call of ``scripts/gpu_profile.py`` (``CALL_DIRS``)."""
+    lines = (CALL_DIRS[call] / 'rows.jsonl').read_text().splitlines()
     return [r for r in map(json.loads, lines) if r['mode'] in ('eval', 'train')]
 
 
-CALL_CODE = {'call1': 'e065b57', 'call2': 'e065b57', 'call3': 'dfa35d0'}  # the commit each call ran (its README)
+CALL_CODE = {'call1': 'e065b57', 'call2': 'e065b57', 'call3': 'dfa35d0', 'call4': 'd0ef7d0'}  # (their READMEs)
 
 
 def counted_method(call: str, row: dict) -> str:
     """The method to count a profiled row with, on the commit its call ran (``CALL_CODE``), so that the counting
     runs the methods the call ran: call 1 (and the day-before table) ran 'auto' = the matmul methods for every MRConv
     mixer; call 2 ran torch.fft but the Toeplitz product for maps up to ``TOEPLITZ_MAX_LENGTH`` in batches of at
-    least 32 (with or without a backward); call 3 ran its code's own 'auto'."""
+    least 32 (with or without a backward); calls 3 and 4 ran their code's own 'auto'."""
     if call not in CALL_CODE:
         raise ValueError(f'counted_method: the calls whose code is known are {sorted(CALL_CODE)}, got {call!r}')
     method = row['method']
-    if call == 'call3' or 'mrconvnext' not in row['model'] or method not in ('auto', 'nofold'):
+    if call in ('call3', 'call4') or 'mrconvnext' not in row['model'] or method not in ('auto', 'nofold'):
         return method
     old = 'matmul' if call == 'call1' else ('fft' if row['batch'] < 32 else 'mixed')
     return old if method == 'auto' else f'nofold+{old}'
@@ -1151,9 +1154,9 @@ def checkout(commit: str):
 
 def calibrate(out: Path) -> None:
     """Measure each op class's cost and the host's launch time and fit its Python scale on the H200 profiles of
-    call 1 (the launch time: calls 2 and 3); check them,
-    untouched, on call 2 (other batch sizes and methods, another process), call 3 (later code) and the H200 table of
-    the day before (another machine); write the constants (``CONSTANTS``) and the report ``out``. Each row is
+    call 1 (the launch time: calls 2 and 3; the Triton operators call 1 lacked: call 4); check them,
+    untouched, on call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family
+    on the code of the next day, another machine) and the H200 table of the day before (another machine); write the constants (``CONSTANTS``) and the report ``out``. Each row is
     counted on the package of the commit its call ran (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1
     ran)."""
     gpu = 'h200'
@@ -1172,6 +1175,13 @@ def calibrate(out: Path) -> None:
         rows4 = compare_rows(day_before, gpu, table, issue)
     with checkout(CALL_CODE['call3']) as code:
         rows3 = compare_rows(count_rows('call3', code), gpu, table, issue)
+    with checkout(CALL_CODE['call4']) as code:
+        pairs4 = count_rows('call4', code)
+    # the Triton operators call 1 never ran (LightConv's), measured on call 4's rows
+    lacked = {c: e for c, e in class_costs(pairs4, gpu).items() if 'efficiency' in e and c.startswith('mrconvnext::')}
+    lacked = {c: e for c, e in lacked.items() if c not in table}
+    table.update({c: (e['efficiency'], e['latency']) for c, e in lacked.items()})
+    rows5 = compare_rows(pairs4, gpu, table, issue)
     kernel = sum(r['kernel_us'] for r, _ in fit_pairs) * 1e-6
     covered = sum(sum(measured_by_class(r).values()) for r, _ in fit_pairs)
     costs = {cls: [round(e, 4), round(lat * 1e9) / 1e9] for cls, (e, lat) in sorted(table.items())}
@@ -1186,7 +1196,8 @@ def calibrate(out: Path) -> None:
         'commands): per row (model, eval or training step, batch, MRConv method) the median of 7 timed steps and one '
         "profiled step's device time per op. Each row is counted here with the methods that call ran "
         '(`counted_method`), on the package of the commit it ran (`CALL_CODE`: e065b57 for calls 1 and 2, dfa35d0 for '
-        'call 3, each extracted with `git archive`). The constants go to `docs/gpu/cost-model-constants.json`, which '
+        "call 3, each extracted with `git archive`). Call 4 is the next day's profile of every family on another "
+        'H200 machine (`docs/gpu/h200_2026-11-27/`, d0ef7d0). The constants go to `docs/gpu/cost-model-constants.json`, which '
         'the model reads.',
         '',
         '## Op classes, measured on call 1',
@@ -1248,6 +1259,22 @@ def calibrate(out: Path) -> None:
         *comparison_table(rows3),
         '',
         f'{_worst(rows3)}.',
+        '',
+        '## Call 4 (out of sample: d0ef7d0, the next day, another machine; every family, LightConv on its Triton '
+        'kernels too)',
+        '',
+        'The Triton operators that call 1 lacked take their costs from these rows (pooled ratio, no latency):',
+        '',
+        '| class | rows | roofline ms | measured ms | efficiency |',
+        '| --- | --- | --- | --- | --- |',
+        *[
+            f'| {c} | {e["rows"]} | {e["roofline"] * 1e3:.2f} | {e["measured"] * 1e3:.2f} | {e["efficiency"]:.3f} |'
+            for c, e in sorted(lacked.items())
+        ],
+        '',
+        *comparison_table(rows5),
+        '',
+        f'{_worst(rows5)}.',
         '',
         f'## The H200 table of the day before (out of sample: `{H200_TABLE.relative_to(ROOT).as_posix()}`, commit '
         '3f6fcf6, another machine)',
