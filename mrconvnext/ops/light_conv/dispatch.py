@@ -73,9 +73,9 @@ def light_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
     ``'auto'``: DynamicConv's channels-last Triton kernels with the weights shared by every position on CUDA where
     Triton runs; else ``'torch'``, one grouped ``F.conv1d`` (on the CPU, under
     :func:`~mrconvnext.ops.availability.onnx_exporting`, where it is a standard ``Conv``, and on CUDA without Triton
-    after a one-time warning). On an H200 (bf16 autocast, channels-last, batch 128) ``lightconvnext_t`` ran its eval
-    forward in 14.2 ms on the Triton kernels against 20.1 ms on cuDNN's grouped conv, and its training step in 51.6
-    against 61.1 ms (``docs/gpu/h200_2026-11-27``: ``python3 scripts/gpu_profile.py --groups light,light_triton``).
+    after a one-time warning). The Triton kernels ran ``lightconvnext_t``'s eval forward and training step faster
+    than cuDNN's grouped conv on an H200 (``docs/gpu/h200_2026-11-27/README.md``;
+    ``python3 scripts/gpu_profile.py --groups light,light_triton``).
     ``'triton'`` raises RuntimeError, saying why, where its kernels cannot run.
     """
     check_choice('light_conv1d', 'engine', engine, LIGHT_CONV_ENGINES)
