@@ -4,6 +4,7 @@ report (one interpreter for both)."""
 
 import importlib.util
 import sys
+from pathlib import Path
 
 import timm
 import torch
@@ -16,6 +17,7 @@ print(
     f'triton {triton}; timm {timm.__version__}; torchvision {torchvision.__version__}'
 )
 if '--engines' in sys.argv[1:]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # from a checkout without installing the package
     from mrconvnext.engines import report
 
     print(report())
