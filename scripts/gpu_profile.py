@@ -70,6 +70,9 @@ GROUPS: dict[str, tuple[str, dict, list[tuple[str, int, str]]]] = {
     'reparam_compiled': ('mrconvnext_t:reparam', {}, [('eval-compiled', 128, 'auto')]),
     # the fourth call: LightConv's mixers on the DynamicConv Triton kernels ('auto' takes the grouped conv)
     'light_triton': ('lightconvnext_t', {'engine': 'triton'}, [('eval', 128, 'auto'), ('train', 128, 'auto')]),
+    # the fifth call: LightConv's 'auto' (the Triton kernels on CUDA from 8cb8f3c) and the grouped conv at small batches
+    'light_small': ('lightconvnext_t', {}, [('eval', 1, 'auto'), ('eval', 8, 'auto')]),
+    'light_torch_small': ('lightconvnext_t', {'engine': 'torch'}, [('eval', 1, 'auto'), ('eval', 8, 'auto')]),
 }
 CALL1 = 'convnext,reparam,bn,scale,talk,talk2d,light,dyn,branched'
 TINY = {'convnext_tiny': 'convnext_atto', 'mrconvnext_t:reparam': 'mrconvnext_atto:reparam'}
