@@ -475,3 +475,20 @@ def test_ops_on_the_host_launch_nothing_and_a_copy_to_the_device_waits_for_it():
     no_wait = gpu_cost.StepCost('m', 'eval', 1, [*counter.calls[:3], gpu_cost.Call('aten::_to_copy', 256, 256, 0, 'simt'),
                                                  counter.calls[4]])  # fmt: skip
     assert gpu_cost.model_time(no_wait, 'h200', 0.5, issue) == pytest.approx(3 * issue[0] + kernel + sum(small))
+
+
+def test_host_bound_rows_keep_the_least_of_rounds_over_the_models(monkeypatch):
+    """count_all with rounds: every model once per round, in turn (a slow spell of this machine falls on one count
+    of a model, not on all of them), and each model's count of least modeled time kept."""
+    hosts = {('a', 0): 30e-6, ('b', 0): 10e-6, ('a', 1): 20e-6, ('b', 1): 40e-6}
+    order = []
+
+    def fake_count(spec, mode, batch, img_size, *args, **kwargs):
+        n = sum(s == spec for s, _ in order)
+        order.append((spec, n))
+        return gpu_cost.StepCost(spec, mode, batch, [gpu_cost.Call('aten::add', 4, 4, 0, 'simt', host=hosts[spec, n])])
+
+    monkeypatch.setattr(gpu_cost, 'count_in_process', fake_count)
+    got = gpu_cost.count_all(['a', 'b'], 1, 32, modes=('eval',), rounds=2, gpu='h200')
+    assert order == [('a', 0), ('b', 0), ('a', 1), ('b', 1)]
+    assert got['a', 'eval'].calls[0].host == 20e-6 and got['b', 'eval'].calls[0].host == 10e-6
