@@ -881,7 +881,7 @@ def count_in_process(
 PROFILES = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26b'  # scripts/gpu_profile.py on an H200, three calls
 # each call's rows: calls 1-3 of the session of 2026-11-26, call 4 the next day's (every family's T model at d0ef7d0)
 CALL_DIRS = {c: PROFILES / c for c in ('call1', 'call2', 'call3')}
-CALL_DIRS['call4'] = ROOT / 'docs' / 'gpu' / 'h200_2026-11-27' / 'profile'
+CALL_DIRS['call4'] = ROOT / 'docs' / 'gpu' / 'h200_2026-11-27' / 'call1' / 'profile'
 CONSTANTS = ROOT / 'docs' / 'gpu' / 'cost-model-constants.json'  # written by --calibrate, read at import
 H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gpu_nvidia_h200.csv'  # 3f6fcf6
 

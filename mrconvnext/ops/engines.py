@@ -106,7 +106,7 @@ def resolve(
     if op == 'dynamic_conv1d':
         return '-', light_conv_dispatch.dynamic_conv_engine(device, engine)
     if op == 'light_conv1d':
-        return '-', light_conv_dispatch.light_conv_engine(device, engine)
+        return '-', light_conv_dispatch.light_conv_engine(device, engine, batch)
     raise ValueError(
         "resolve: op must be one of ('long_conv1d', 'branch_conv_bn_sum', 'talk1d', 'talk2d', 'dynamic_conv1d', "
         f"'light_conv1d'), got {op!r}"

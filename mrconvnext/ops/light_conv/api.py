@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from ..checks import autocast_dtype, autocast_off
 from ..long_conv import long_conv1d
-from ..symbolic import static_size
+from ..symbolic import known_true, static_size
 from . import dispatch
 from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
 from .engine_onnx import dynamic_conv_onnx
@@ -73,8 +73,8 @@ def light_conv1d(
 
     x: ``(B, C, L)``; weight: ``(H, K)``, already normalized; bias: ``(C,)`` or None.
     Returns ``(B, C, L)`` in ``promote_types(x.dtype, weight.dtype)``. Lags as in the module docstring. ``engine``
-    (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`; ``'auto'`` is ``'triton'`` on CUDA, ``'torch'``
-    elsewhere): ``'torch'`` is one grouped ``F.conv1d``, the only expansion that of the ``(H, K)`` weights to
+    (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`; ``'auto'`` is ``'triton'`` on CUDA for batches of
+    at least ``LIGHT_TRITON_MIN_BATCH``, ``'torch'`` elsewhere): ``'torch'`` is one grouped ``F.conv1d``, the only expansion that of the ``(H, K)`` weights to
     ``(C, 1, K)``; ``'triton'`` runs DynamicConv's channels-last kernels with the weights shared by every position
     (:func:`.engine_triton.light_conv_triton`: a channels-last map's ``(B, C, H*W)`` view read in place, the result
     channels-last).
@@ -87,7 +87,8 @@ def light_conv1d(
     if weight.ndim != 2 or weight.shape[0] != num_heads or weight.shape[1] < 1:
         raise ValueError(f'{name} expects weight of shape (num_heads={num_heads}, K >= 1), got {tuple(weight.shape)}')
     check_bias(name, x, bias)
-    if dispatch.light_conv_engine_constant(x.device.type, engine) == 'triton':
+    large = known_true(B >= dispatch.LIGHT_TRITON_MIN_BATCH)
+    if dispatch.light_conv_engine_constant(x.device.type, engine, large) == 'triton':
         from .engine_triton import light_conv_triton
 
         y = light_conv_triton(x.transpose(1, 2), weight, zero_lag_for(weight.shape[1], causal))

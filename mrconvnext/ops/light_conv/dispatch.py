@@ -7,10 +7,12 @@ import torch
 
 from .. import availability
 from ..checks import check_choice
+from ..symbolic import known_true
 
 __all__ = [
     'DYNAMIC_CONV_ENGINES',
     'LIGHT_CONV_ENGINES',
+    'LIGHT_TRITON_MIN_BATCH',
     'ONNX_BAND_MAX_LENGTH',
     'dynamic_conv_onnx_method',
     'dynamic_conv_engine',
@@ -67,34 +69,48 @@ def dynamic_conv_engine_constant(device_type: str, engine: str) -> str:
     return dynamic_conv_engine(device_type, engine)
 
 
-def light_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:
-    """The LightConv engine ``engine`` resolves to for tensors on ``device``: 'torch' or 'triton'.
+# What LightConv's 'auto' runs on CUDA, measured on an H200 by `scripts/gpu_profile.py` (lightconvnext_t, bf16
+# autocast, channels-last, eager; docs/gpu/h200_2026-11-27/README.md): the Triton kernels in batches of at least
+# LIGHT_TRITON_MIN_BATCH (at 128 they ran the eval forward and the training step faster than the grouped conv), the
+# grouped conv below it (at batch 1 and 8 the forward is host-bound, and the grouped conv, which costs the host less
+# per call, ran it faster). The crossover lies between the batches measured; under torch.compile with a symbolic batch
+# (dynamic shapes) the batch is not known to be large: the grouped conv.
+LIGHT_TRITON_MIN_BATCH = 64
+
+
+def light_conv_engine(device: torch.device | str, engine: str = 'auto', batch: int | None = None) -> str:
+    """The LightConv engine ``engine`` resolves to for ``batch`` sequences (None: not known) on ``device``: 'torch'
+    or 'triton'.
 
     ``'auto'``: DynamicConv's channels-last Triton kernels with the weights shared by every position on CUDA where
-    Triton runs; else ``'torch'``, one grouped ``F.conv1d`` (on the CPU, under
-    :func:`~mrconvnext.ops.availability.onnx_exporting`, where it is a standard ``Conv``, and on CUDA without Triton
-    after a one-time warning). The Triton kernels ran ``lightconvnext_t``'s eval forward and training step faster
-    than cuDNN's grouped conv on an H200 (``docs/gpu/h200_2026-11-27/README.md``;
-    ``python3 scripts/gpu_profile.py --groups light,light_triton``).
-    ``'triton'`` raises RuntimeError, saying why, where its kernels cannot run.
+    Triton runs, in batches of at least ``LIGHT_TRITON_MIN_BATCH`` (its comment has the measurements); else
+    ``'torch'``, one grouped ``F.conv1d`` (smaller batches, the CPU, under
+    :func:`~mrconvnext.ops.availability.onnx_exporting`, where it is a standard ``Conv``, and CUDA without Triton,
+    after a one-time warning). ``'triton'`` raises RuntimeError, saying why, where its kernels cannot run.
     """
     check_choice('light_conv1d', 'engine', engine, LIGHT_CONV_ENGINES)
+    return _light_conv_engine(
+        torch.device(device), engine, batch is not None and known_true(batch >= LIGHT_TRITON_MIN_BATCH)
+    )
+
+
+def _light_conv_engine(device: torch.device, engine: str, large_batch: bool) -> str:
     if engine == 'torch' or (engine == 'auto' and availability.onnx_exporting()):
         return 'torch'
-    device = torch.device(device)
-    if engine == 'triton' or device.type == 'cuda':
-        reason = availability.triton_unavailable(device.type)
-        if engine == 'triton' and reason is not None:
-            raise RuntimeError(f'Triton LightConv kernels unavailable for {device}: {reason}')
-        if reason is None:
-            return 'triton'
-        availability.warn_once(
-            'lightconv-fallback', f'mrconvnext: {reason}; LightConv uses the grouped conv1d on {device}'
-        )
+    if engine == 'auto' and not (device.type == 'cuda' and large_batch):
+        return 'torch'
+    reason = availability.triton_unavailable(device.type)
+    if reason is None:
+        return 'triton'
+    if engine == 'triton':
+        raise RuntimeError(f'Triton LightConv kernels unavailable for {device}: {reason}')
+    availability.warn_once('lightconv-fallback', f'mrconvnext: {reason}; LightConv uses the grouped conv1d on {device}')
     return 'torch'
 
 
 @torch.compiler.assume_constant_result
-def light_conv_engine_constant(device_type: str, engine: str) -> str:
-    """:func:`light_conv_engine` as a constant for torch.compile."""
-    return light_conv_engine(device_type, engine)
+def light_conv_engine_constant(device_type: str, engine: str, large_batch: bool) -> str:
+    """:func:`light_conv_engine` as a constant for torch.compile, told whether the batch is known to be at least
+    ``LIGHT_TRITON_MIN_BATCH``."""
+    check_choice('light_conv1d', 'engine', engine, LIGHT_CONV_ENGINES)
+    return _light_conv_engine(torch.device(device_type), engine, large_batch)

@@ -262,27 +262,39 @@ def test_light_conv_gradcheck_and_operators():
 
 
 def test_light_conv_engine_resolution(monkeypatch):
-    """'auto': the Triton kernels on CUDA where Triton runs (measured faster on an H200), the grouped conv on the CPU,
-    under ONNX export, and on CUDA without Triton (with a warning)."""
-    assert light_conv_dispatch.light_conv_engine('cpu', 'auto') == 'torch'  # 'auto' never interprets
+    """'auto': the Triton kernels on CUDA where Triton runs, in batches of at least LIGHT_TRITON_MIN_BATCH (measured
+    faster there on an H200; the grouped conv was faster at batch 1 and 8); the grouped conv on the CPU, for smaller
+    or unknown batches, under ONNX export, and on CUDA without Triton (with a warning). 'triton' at any batch."""
+    big = light_conv_dispatch.LIGHT_TRITON_MIN_BATCH
+    for batch in (None, 1, big, 4 * big):
+        assert light_conv_dispatch.light_conv_engine('cpu', 'auto', batch) == 'torch'  # 'auto' never interprets
+        assert light_conv_dispatch.light_conv_engine('cuda', 'torch', batch) == 'torch'
+    for batch in (None, 1, big - 1):
+        assert light_conv_dispatch.light_conv_engine('cuda', 'auto', batch) == 'torch'
+    assert engines.resolve('light_conv1d', 'cuda', batch=big - 1) == ('-', 'torch')
     if availability.triton_unavailable('cuda') is None:
-        assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'triton'
-        assert engines.resolve('light_conv1d', 'cuda') == ('-', 'triton')
-    assert light_conv_dispatch.light_conv_engine('cuda', 'torch') == 'torch'
+        for batch in (big, 4 * big):
+            assert light_conv_dispatch.light_conv_engine('cuda', 'auto', batch) == 'triton'
+        assert light_conv_dispatch.light_conv_engine('cuda', 'triton', 1) == 'triton'
+        assert engines.resolve('light_conv1d', 'cuda', batch=big) == ('-', 'triton')
+        assert light_conv_dispatch.light_conv_engine_constant('cuda', 'auto', True) == 'triton'
+        assert light_conv_dispatch.light_conv_engine_constant('cuda', 'auto', False) == 'torch'
     with monkeypatch.context() as m:
         m.setattr(availability, 'onnx_exporting', lambda: True)
-        assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
+        assert light_conv_dispatch.light_conv_engine('cuda', 'auto', big) == 'torch'
     with monkeypatch.context() as m:
         m.setattr(availability, 'triton_unavailable', lambda device_type: 'no Triton here (test)')
         availability.reset()  # the one-time warning again
         with pytest.warns(RuntimeWarning, match='no Triton here .test.; LightConv uses the grouped conv1d on cuda'):
-            assert light_conv_dispatch.light_conv_engine('cuda', 'auto') == 'torch'
+            assert light_conv_dispatch.light_conv_engine('cuda', 'auto', big) == 'torch'
         with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for cuda: no Triton here'):
             light_conv_dispatch.light_conv_engine('cuda', 'triton')
     with pytest.raises(RuntimeError, match='Triton LightConv kernels unavailable for meta'):
         light_conv_dispatch.light_conv_engine('meta', 'triton')
     with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
         light_conv1d(torch.randn(1, 4, 5), torch.randn(2, 3), num_heads=2, engine='cuda')
+    with pytest.raises(ValueError, match="engine must be one of \\('auto', 'torch', 'triton'\\)"):
+        light_conv_dispatch.light_conv_engine_constant('cuda', 'fast', True)
 
 
 @triton_cpu
@@ -361,6 +373,17 @@ _FAKE_CUDA = textwrap.dedent(
     assert y.is_contiguous(memory_format=torch.channels_last)
     assert max(torch.Size(s).numel() for s, _ in saved) == 32 * 96 * 3136, saved  # x, nothing larger
     print('saved', saved)
+
+    # LightConv's 'auto': the grouped conv below LIGHT_TRITON_MIN_BATCH (32 here), the Triton kernels from it on
+    auto = LightConv2d(96, (56, 56), kernel_size=7, num_heads=6)
+    with mode, torch.no_grad():
+        params = {k: mode.from_tensor(v).to('cuda') for k, v in auto.named_parameters()}
+        for batch, op in ((32, 'aten.convolution.default'), (64, 'mrconvnext.light_conv_triton.default')):
+            xb = torch.randn(batch, 96, 56, 56, device='cuda').to(memory_format=torch.channels_last)
+            ops = RecordOps()
+            with ops:
+                torch.func.functional_call(auto, params, (xb,))
+            assert op in ops.names, (batch, ops.names)
     """
 )
 
