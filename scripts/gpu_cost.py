@@ -1165,10 +1165,10 @@ def checkout(commit: str):
 
 def calibrate(out: Path) -> None:
     """Measure each op class's cost and the host's launch time and fit its Python scale on the H200 profiles of
-    call 1 (the launch time: calls 2 and 3; the Triton operators call 1 lacked: call 4); check them,
-    untouched, on call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family
-    on the code of the next day, another machine) and the H200 table of the day before (another machine); write the constants (``CONSTANTS``) and the report ``out``. Each row is
-    counted on the package of the commit its call ran (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1
+    call 1 (the launch time: calls 2 and 3; the Triton operators call 1 lacked: call 4); check them, untouched, on
+    call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family on the code of
+    the next day, another machine) and the H200 table of the day before (another machine); write the constants
+    (``CONSTANTS``) and the report ``out``. Each row is counted on the package of the commit its call ran (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1
     ran)."""
     gpu = 'h200'
     command = f'python scripts/gpu_cost.py --calibrate {out.as_posix()}'
@@ -1208,8 +1208,8 @@ def calibrate(out: Path) -> None:
         "profiled step's device time per op. Each row is counted here with the methods that call ran "
         '(`counted_method`), on the package of the commit it ran (`CALL_CODE`: e065b57 for calls 1 and 2, dfa35d0 for '
         "call 3, each extracted with `git archive`). Call 4 is the next day's profile of every family on another "
-        'H200 machine (`docs/gpu/h200_2026-11-27/`, d0ef7d0). The constants go to `docs/gpu/cost-model-constants.json`, which '
-        'the model reads.',
+        'H200 machine (`docs/gpu/h200_2026-11-27/`, d0ef7d0). The constants go to '
+        '`docs/gpu/cost-model-constants.json`, which the model reads.',
         '',
         '## Op classes, measured on call 1',
         '',
