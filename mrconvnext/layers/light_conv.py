@@ -85,9 +85,9 @@ class _HeadConv1d(ScriptedInPython):
 class LightConv1d(_HeadConv1d):
     """LightConv on ``(B, C, L) -> (B, C, L)``: softmax-normalized kernels shared over heads.
 
-    ``engine`` (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`): ``'auto'`` (the Triton kernels on CUDA in
-    batches of at least ``LIGHT_TRITON_MIN_BATCH``, the grouped conv elsewhere), ``'torch'`` (one grouped conv) or ``'triton'`` (DynamicConv's channels-last kernels
-    with shared weights).
+    ``engine`` (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`): ``'auto'`` (the Triton kernels on
+    CUDA in batches of at least ``LIGHT_TRITON_MIN_BATCH``, the grouped conv elsewhere), ``'torch'`` (one grouped conv)
+    or ``'triton'`` (DynamicConv's channels-last kernels with shared weights).
     """
 
     def __init__(self, dim: int, kernel_size: int, num_heads: int, engine: str = 'auto', **options) -> None:
