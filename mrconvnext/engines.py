@@ -24,7 +24,7 @@ def report() -> str:
     lines = [
         'mrconvnext engines: what engine="auto" runs',
         '',
-        f'{"operator (long conv.: batch 128)":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
+        f'{"operator (batch 128)":<34} {"device":<6} {"dtype":<9} {"method":<8} engine',
     ]
     # (op, sequence length, taps): long convolutions at ConvNeXt-T's stage-1 and stage-3 lengths, and a short kernel
     rows = [('long_conv1d', 3136, 3136), ('long_conv1d', 196, 196), ('long_conv1d', 3136, 7)]

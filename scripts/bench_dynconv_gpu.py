@@ -8,8 +8,9 @@ channels (``dynconvnext_t``), a channels-last float32 input under bf16 autocast,
   PyTorch tap loop;
 - ``kernel/triton``: the fused operator alone on precomputed bf16 logits;
 - ``lightconv/<engine>``: the whole ``LightConv2d`` mixer (``lightconvnext_t``'s settings) on the grouped conv
-  (``'torch'``, what ``'auto'`` runs) or the DynamicConv kernels with shared weights (``'triton'``): the measurement
-  that decides whether ``'auto'`` should take the Triton kernels on CUDA (``mrconvnext.ops.light_conv.dispatch.light_conv_engine``).
+  (``'torch'``) or the DynamicConv kernels with shared weights (``'triton'``, what ``'auto'`` runs on CUDA from a batch
+  of ``LIGHT_TRITON_MIN_BATCH``): the per-stage side of the measurement behind that rule
+  (``mrconvnext.ops.light_conv.dispatch``).
 
 Modes ``fwd`` (no_grad) and ``fwd+bwd`` (gradients of x and the parameters for a random cotangent). Times are
 ``triton.testing.do_bench`` medians (CUDA events, after warm-up); ratios are over ``dwconv7x7`` of the same stage and

@@ -1165,11 +1165,12 @@ def checkout(commit: str):
 
 def calibrate(out: Path) -> None:
     """Measure each op class's cost and the host's launch time and fit its Python scale on the H200 profiles of
-    call 1 (the launch time: calls 2 and 3; the Triton operators call 1 lacked: call 4); check them, untouched, on
+    call 1 (the launch time: calls 2 and 3; this package's operators call 1 lacked: call 4); check them on
     call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family on the code of
     the next day, another machine) and the H200 table of the day before (another machine); write the constants
-    (``CONSTANTS``) and the report ``out``. Each row is counted on the package of the commit its call ran (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1
-    ran)."""
+    (``CONSTANTS``) and the report ``out``. Each row is counted on the package of the commit its call ran
+    (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1 ran). Call 4's rows that ran the operators it
+    supplies (LightConv's Triton kernels) are in sample for those."""
     gpu = 'h200'
     command = f'python scripts/gpu_cost.py --calibrate {out.as_posix()}'
     header = _header(command)  # before the files it writes
@@ -1188,7 +1189,7 @@ def calibrate(out: Path) -> None:
         rows3 = compare_rows(count_rows('call3', code), gpu, table, issue)
     with checkout(CALL_CODE['call4']) as code:
         pairs4 = count_rows('call4', code)
-    # the Triton operators call 1 never ran (LightConv's), measured on call 4's rows
+    # this package's operators that call 1 never ran (LightConv's Triton kernels), measured on call 4's rows
     lacked = {c: e for c, e in class_costs(pairs4, gpu).items() if 'efficiency' in e and c.startswith('mrconvnext::')}
     lacked = {c: e for c, e in lacked.items() if c not in table}
     table.update({c: (e['efficiency'], e['latency']) for c, e in lacked.items()})
@@ -1196,7 +1197,7 @@ def calibrate(out: Path) -> None:
     kernel = sum(r['kernel_us'] for r, _ in fit_pairs) * 1e-6
     covered = sum(sum(measured_by_class(r).values()) for r, _ in fit_pairs)
     costs = {cls: [round(e, 4), round(lat * 1e9) / 1e9] for cls, (e, lat) in sorted(table.items())}
-    source = str((PROFILES / 'call1').relative_to(ROOT))
+    source = f'{(PROFILES / "call1").relative_to(ROOT)} ({", ".join(sorted(lacked))}: {CALL_DIRS["call4"].relative_to(ROOT)})'
     CONSTANTS.write_text(
         json.dumps(dict(class_cost=costs, issue_s=issue[0], python_scale=issue[1], gpu=gpu, source=source), indent=1)
         + '\n'
@@ -1271,10 +1272,12 @@ def calibrate(out: Path) -> None:
         '',
         f'{_worst(rows3)}.',
         '',
-        '## Call 4 (out of sample: d0ef7d0, the next day, another machine; every family, LightConv on its Triton '
-        'kernels too)',
+        "## Call 4 (out of sample but for LightConv's Triton operators, whose costs come from its rows: d0ef7d0, the "
+        'next day, another machine; every family)',
         '',
-        'The Triton operators that call 1 lacked take their costs from these rows (pooled ratio, no latency):',
+        "This package's operators that call 1 lacked take their costs from these rows, as call 1's classes do (a "
+        'class in fewer than 4 rows: the pooled ratio, no latency), so the `engine=triton` rows are in sample for '
+        'them:',
         '',
         '| class | rows | roofline ms | measured ms | efficiency |',
         '| --- | --- | --- | --- | --- |',

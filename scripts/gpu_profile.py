@@ -68,7 +68,7 @@ GROUPS: dict[str, tuple[str, dict, list[tuple[str, int, str]]]] = {
     'final_scale': ('mrconvnext_t', {'combine': 'scale'}, [('train', 128, 'auto')]),
     'final_reparam': ('mrconvnext_t:reparam', {}, [('eval', 1, 'auto'), ('eval', 8, 'auto'), ('eval', 128, 'auto')]),
     'reparam_compiled': ('mrconvnext_t:reparam', {}, [('eval-compiled', 128, 'auto')]),
-    # the fourth call: LightConv's mixers on the DynamicConv Triton kernels ('auto' takes the grouped conv)
+    # the fourth call: LightConv's mixers on the DynamicConv Triton kernels (that call's 'auto' took the grouped conv)
     'light_triton': ('lightconvnext_t', {'engine': 'triton'}, [('eval', 128, 'auto'), ('train', 128, 'auto')]),
     # the fifth call: LightConv's 'auto' (the Triton kernels on CUDA from 8cb8f3c) and the grouped conv at small batches
     'light_small': ('lightconvnext_t', {}, [('eval', 1, 'auto'), ('eval', 8, 'auto')]),

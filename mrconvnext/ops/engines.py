@@ -18,7 +18,9 @@ Operators dispatch per device as ATen's do: ``mrconvnext::talk1d`` runs the nati
 Triton kernel on CUDA; ``mrconvnext::fft_conv`` the native kernel on the CPU and torch.fft elsewhere. Engines that
 are not a device's own are operators of their own (``mrconvnext::talk1d_torch``, ``mrconvnext::fft_conv_torch``,
 the ``triton_op`` ``mrconvnext::talk1d_triton``), reached with an explicit ``engine=``. An exported graph of
-``engine='auto'`` calls therefore holds the per-device operators and runs on either device.
+``engine='auto'`` calls therefore holds the per-device operators and runs on either device, except where CUDA's
+``'auto'`` is a Triton operator of its own (DynamicConv's, and LightConv's in large batches): a graph exported on
+CUDA then holds it and runs on CUDA.
 
 The deprecated ``backend=`` keyword is translated by :func:`from_backend`, once, where a user passes it (a model,
 a layer or an operator function); nothing passes it further down.

@@ -75,9 +75,9 @@ def light_conv1d(
     Returns ``(B, C, L)`` in ``promote_types(x.dtype, weight.dtype)``. Lags as in the module docstring. ``engine``
     (:func:`~mrconvnext.ops.light_conv.dispatch.light_conv_engine`; ``'auto'`` is ``'triton'`` on CUDA for batches of
     at least ``LIGHT_TRITON_MIN_BATCH``, ``'torch'`` elsewhere): ``'torch'`` is one grouped ``F.conv1d``, the only
-    expansion that of the ``(H, K)`` weights to ``(C, 1, K)``; ``'triton'`` runs DynamicConv's channels-last kernels with the weights shared by every position
-    (:func:`.engine_triton.light_conv_triton`: a channels-last map's ``(B, C, H*W)`` view read in place, the result
-    channels-last).
+    expansion that of the ``(H, K)`` weights to ``(C, 1, K)``; ``'triton'`` runs DynamicConv's channels-last kernels
+    with the weights shared by every position (:func:`.engine_triton.light_conv_triton`: a channels-last map's
+    ``(B, C, H*W)`` view read in place, the result channels-last).
     """
     name = 'light_conv1d'
     x = check_x(name, x)

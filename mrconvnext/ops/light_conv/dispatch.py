@@ -74,7 +74,9 @@ def dynamic_conv_engine_constant(device_type: str, engine: str) -> str:
 # LIGHT_TRITON_MIN_BATCH (at 128 they ran the eval forward and the training step faster than the grouped conv), the
 # grouped conv below it (at batch 1 and 8 the forward is host-bound, and the grouped conv, which costs the host less
 # per call, ran it faster). The crossover lies between the batches measured; under torch.compile with a symbolic batch
-# (dynamic shapes) the batch is not known to be large: the grouped conv.
+# (dynamic shapes) the batch is not known to be large: the grouped conv. (torch.compile's automatic dynamic shapes make
+# the batch symbolic once a batch of another size arrives, a last partial batch say: the graphs compiled from then on
+# take the grouped conv at every batch; `torch.compile(dynamic=False)` keeps one graph per batch size.)
 LIGHT_TRITON_MIN_BATCH = 64
 
 

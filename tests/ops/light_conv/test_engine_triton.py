@@ -374,7 +374,7 @@ _FAKE_CUDA = textwrap.dedent(
     assert max(torch.Size(s).numel() for s, _ in saved) == 32 * 96 * 3136, saved  # x, nothing larger
     print('saved', saved)
 
-    # LightConv's 'auto': the grouped conv below LIGHT_TRITON_MIN_BATCH (32 here), the Triton kernels from it on
+    # LightConv's 'auto': the grouped conv below LIGHT_TRITON_MIN_BATCH (64), at batch 32; the Triton kernels at 64
     auto = LightConv2d(96, (56, 56), kernel_size=7, num_heads=6)
     with mode, torch.no_grad():
         params = {k: mode.from_tensor(v).to('cuda') for k, v in auto.named_parameters()}
@@ -392,7 +392,8 @@ def test_on_fake_cuda_the_layer_reads_x_in_place_and_saves_logits_and_lse():
     """A stage-1 DynamicConv2d on fake CUDA tensors under bf16 autocast (compiled kernels, fresh process): the Triton
     operators run, x is cast once to bf16 and never copied, the output is channels-last bf16, and autograd keeps the
     logits and the log-sum-exp but no float32 weights of size (B, H, L, K). A LightConv2d on the Triton engine reads
-    the float32 map in place (no copy) and saves nothing larger than x."""
+    the float32 map in place (no copy) and saves nothing larger than x. A LightConv2d on 'auto' runs the grouped conv
+    at batch 32 and the Triton operator at batch 64."""
     pytest.importorskip('triton')
     proc = run_compiled_triton('-c', _FAKE_CUDA)
     assert proc.returncode == 0, proc.stderr[-3000:]
