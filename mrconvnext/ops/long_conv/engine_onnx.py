@@ -1,16 +1,20 @@
 """The row-DFT method for ONNX runtimes: the long convolution's ``'onnx'`` engine (standard ATen ops).
 
 What ``engine='auto'`` runs for long maps while ``torch.onnx.export`` traces a model
-(:func:`mrconvnext.ops.availability.onnx_exporting`). Identity 2 of :mod:`.grid`, as :func:`.engine_torch.rowdft_conv`
-computes it, in a channels-first layout: CPU runtimes transpose slowly where a copy's innermost run is short, and
-the CUDA layout's transposes move runs of ``B`` (the batch, innermost for the block product) or ``C`` values. Here
-every transpose moves runs of a row (``P`` or ``Q`` values) or swaps a map's last two axes, and the block product
-takes the batch as its ``M`` dimension. The Toeplitz method keeps :func:`.engine_torch.toeplitz_conv`'s layout,
-which measured faster in ONNX Runtime than a channels-first one (``python scripts/bench_onnx_forms.py --ops long_conv
---doc`` times the forms).
+(:func:`mrconvnext.ops.availability.onnx_exporting`). Identity 2 of :mod:`.grid` on the transposed grid: the sequence
+is folded into ``P`` rows of ``Q`` (:func:`onnx_grid`), a real DFT runs along the grid's columns (over the ``P``
+rows, one ``(2P, P)`` matrix shared by every channel, left-multiplied onto the ``(P, Q)`` map as it lies), a
+``2Q x 2Q`` real Toeplitz block per channel and frequency runs along the rows, and the inverse DFT produces the
+``P`` real rows. The frequency index stays outside the real / imaginary one in every step, so at batch 1 the two
+transposes around the block product move nothing, and at larger batches they move runs of ``2Q`` values; the output
+comes out in the input's layout. CPU runtimes run the block product at memory speed (it reads the blocks), the DFTs
+at GEMM speed: short rows (:data:`ONNX_ROW_WIDTH`) keep the blocks small. ``python scripts/bench_onnx_forms.py --ops
+long_conv --doc`` times the forms; :func:`.engine_torch.rowdft_conv` is the same identity in the CUDA layout.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -18,24 +22,54 @@ import torch.nn.functional as F
 from ..symbolic import static_size
 from .grid import row_dft, row_grid, row_idft, toeplitz_blocks
 
-__all__ = ['rowdft_conv']
+__all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
+
+# Row length Q of the folded sequence past 256 positions: the blocks take 16 Q^2 bytes per channel and frequency, the
+# DFTs 4 P multiply-adds per position. In ONNX Runtime 1.32 on 2 threads of a Xeon (about 12 GB/s), ConvNeXt-T's
+# stage 1 (96 x 3136) took 8.6 / 26.8 ms at batch 1 / 8 with rows of 16 against 18.1 / 38.8 with its own 56 x 56
+# grid, 11 / 30 with rows of 32; stage 2 (192 x 784) 2.7 / 10.7 with rows of 16 against 2.9 / 14.2 with 28. Shorter
+# maps fold near the square root (stage 3's 14 x 14: 1.1 / 4.8 ms, the Toeplitz product 1.5 / 5.0).
+ONNX_ROW_WIDTH = 16
+
+
+def onnx_grid(length: int) -> tuple[int, int]:
+    """``(P, Q)``: ``P`` rows of ``Q`` positions holding ``length``. Up to ``ONNX_ROW_WIDTH ** 2`` positions
+    :func:`.grid.row_grid` (near the square root); beyond, ``Q`` is the largest divisor of ``length`` from
+    ``3/4 ONNX_ROW_WIDTH`` to ``ONNX_ROW_WIDTH`` (no padding), else ``ONNX_ROW_WIDTH`` with the last row
+    zero-padded."""
+    if length <= ONNX_ROW_WIDTH**2:
+        return row_grid(length)
+    for q in range(ONNX_ROW_WIDTH, (3 * ONNX_ROW_WIDTH) // 4 - 1, -1):
+        if length % q == 0:
+            return length // q, q
+    return math.ceil(length / ONNX_ROW_WIDTH), ONNX_ROW_WIDTH
+
+
+def _frequency_major(m: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    """A DFT matrix's ``2 n`` rows (``dim=0``) or columns (``dim=1``) from the order ``(part, frequency)`` of
+    :func:`.grid.row_dft` / :func:`.grid.row_idft` to ``(frequency, part)``."""
+    if dim == 0:
+        return m.view(2, n, -1).transpose(0, 1).reshape(m.shape)
+    return m.view(-1, 2, n).transpose(1, 2).reshape(m.shape)
 
 
 def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
-    """Identity 2: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``, in ``x``'s dtype."""
+    """Identity 2 on the transposed grid: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``, in ``x``'s
+    dtype."""
     B, C, L = x.shape
     C, L = static_size(C), static_size(L)  # TorchScript's trace: sizes as tensors (the batch stays traced)
     N = kernel.shape[0]
-    P, Q = row_grid(L)
-    # the blocks (batch f C + c, row 2 h + s, column 2 g + r) reordered to batch c Q + f, rows (s, h), columns (r, g):
-    # they depend on the kernel alone (an exported graph folds them)
-    blocks = toeplitz_blocks(kernel, zero_lag, P, Q, x.dtype).view(N, Q, C, P, 2, P, 2)
-    blocks = blocks.permute(0, 2, 1, 4, 3, 6, 5).reshape(N, C * Q, 2 * P, 2 * P)
+    P, Q = onnx_grid(L)
+    # blocks (batch f C + c, row 2 w' + s, column 2 w + r) of the transposed grid, reordered to batch c P + f, rows
+    # (r, w), columns (s, w'): the right-hand factor of each channel and frequency. They depend on the kernel alone
+    # (an exported graph folds them)
+    blocks = toeplitz_blocks(kernel, zero_lag, Q, P, x.dtype, transposed=True).view(N, P, C, Q, 2, Q, 2)
+    blocks = blocks.permute(0, 2, 1, 6, 5, 4, 3).reshape(N, C * P, 2 * Q, 2 * Q)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
-    cols = xp.view(B, C, P, Q).transpose(2, 3)  # (B, C, Q, P): column w, row g
-    spec = torch.matmul(row_dft(Q, x.dtype, x.device), cols)  # (B, C, 2Q, P): (r, f) x g
-    spec = spec.view(B, C, 2, Q, P).permute(1, 3, 0, 2, 4).reshape(C * Q, B, 2 * P)  # (c f, b, (r, g))
-    out = torch.matmul(spec, blocks.transpose(-1, -2))  # (N, C Q, B, 2P): (s, h)
-    out = out.view(N, C, Q, B, 2, P).permute(3, 0, 1, 4, 2, 5).reshape(B, N, C, 2 * Q, P)  # (b, n, c, (s, f), h)
-    y = torch.matmul(row_idft(Q, x.dtype, x.device), out)  # (B, N, C, Q, P): column w x row h
-    return y.transpose(3, 4).reshape(B, N, C, P * Q)[..., :L]
+    dft = _frequency_major(row_dft(P, x.dtype, x.device), P, 0)  # (2P, P): rows (f, r)
+    spec = torch.matmul(dft, xp.view(B, C, P, Q))  # (B, C, (f, r), Q)
+    spec = spec.view(B, C * P, 2 * Q).transpose(0, 1)  # (c f, b, (r, w))
+    out = torch.matmul(spec, blocks)  # (N, C P, B, (s, w'))
+    out = out.view(N, C * P, B, 2 * Q).permute(2, 0, 1, 3).reshape(B, N, C, 2 * P, Q)  # (b, n, c, (f, s), w')
+    y = torch.matmul(_frequency_major(row_idft(P, x.dtype, x.device), P, 1), out)  # (B, N, C, P, Q)
+    return y.reshape(B, N, C, P * Q)[..., :L]

@@ -113,14 +113,23 @@ def _column_dft(cols: int, device: torch.device | str, dtype: torch.dtype) -> tu
     return theta.cos().to(dtype), (-theta.sin()).to(dtype)
 
 
-def toeplitz_blocks(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+def toeplitz_blocks(
+    kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, dtype: torch.dtype, transposed: bool = False
+) -> torch.Tensor:
     """The middle step of identity 2 as real matrices: ``(N, C, K)`` kernels -> ``(N, nf * C, 2 rows, 2 rows)`` in
     ``dtype``, batch index ``f * C + c`` (``nf = cols``), row ``2 h + s`` and column ``2 g + r`` (``s``, ``r``: real
     0 / imaginary 1), the block ``[[Re, -Im], [Im, Re]]`` of ``T_f[h, g] = Khat[h - g, f]`` with
     ``Khat[a, f] = sum_d K2[a, d] e^{-2 pi i f d / N}``. Spectra in the kernel's dtype, the matrices written once by
-    one gather in ``dtype``: row spectra ``(2, 2 rows - 1)`` per ``(n, f, c)`` are all it reads."""
+    one gather in ``dtype``: row spectra ``(2, 2 rows - 1)`` per ``(n, f, c)`` are all it reads.
+
+    ``transposed``: the same for the transposed grid of ``rows`` columns by ``cols`` rows (the kernel ``K2[d, a]`` of
+    a sequence folded into ``cols`` rows of ``rows``): the DFT runs along the grid's columns, the blocks along its
+    rows."""
     N, C, _ = kernel.shape
-    k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (N, C, 2 rows - 1, 2 cols - 1)
+    if transposed:
+        k2 = kernel_2d(kernel, zero_lag, cols, rows).transpose(-1, -2)  # (N, C, 2 rows - 1, 2 cols - 1)
+    else:
+        k2 = kernel_2d(kernel, zero_lag, rows, cols)  # (N, C, 2 rows - 1, 2 cols - 1)
     cos, msin = _column_dft(cols, kernel.device, kernel.dtype)
     re, im = k2 @ cos, k2 @ msin  # (N, C, 2 rows - 1, nf)
     # parts[..., s, r, a]: the (s, r) entry of the 2 x 2 block at row offset a: [[Re, -Im], [Im, Re]]
