@@ -9,10 +9,14 @@ nodes per tap. The unfolded input is the price: ``K`` times the input's size, tr
 far. ``python scripts/bench_onnx_forms.py --ops dynamic_conv --doc`` times the loop against this form.)
 
 Short sequences (:func:`.dispatch.dynamic_conv_onnx_method`) take a band matrix instead: the per-position kernels
-of a head written into an ``(L, L)`` matrix ``A[t, s] = weight[t, t - s + zero_lag]`` by a skew (pad each row of
-the flipped kernel to ``L + K`` and read the flat buffer in rows of ``L + K - 1``: no scatter, no gather), and one
-batched ``MatMul`` ``y = x A^T``. It multiplies ``L / K`` times more than the taps need, but in the runtime's best
-kernel, and writes no ``K``-fold copy of the input (the tap bank also pays ``K`` products per tap written).
+of a head written by one ``Col2Im`` (``F.fold``) into an ``(L, L + K - 1)`` matrix, row ``t`` holding the flipped
+kernel of position ``t`` from column ``t`` on (the block placed at ``t (L + K)`` of the flat matrix: no scatter, no
+gather, no copy), and one batched ``MatMul`` with the input zero-padded to ``L + K - 1``. It multiplies about
+``L / K`` times more than the taps need, but in the runtime's best kernel, and writes no ``K``-fold copy of the input
+(the tap bank also pays ``K`` products per tap written). The fold reads the kernels tap-major, ``(B, H, K, L)``, the
+layout the layers' softmax writes, so the transposes around the operator cancel in the exported graph; the flip is a
+product with the ``K x K`` exchange matrix (ONNX Runtime reverses an axis slowly). It replaced a skew of padded rows
+(a ``Pad`` and two ``Slice`` copies of the band): ``python scripts/bench_onnx_forms.py --ops dynamic_conv --doc``.
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ def dynamic_conv_onnx(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> t
 
 
 def dynamic_conv_band(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:
-    """:func:`dynamic_conv_onnx` as ``x A^T`` with the band matrix ``A[t, s] = weight[t, t - s + zero_lag]``."""
-    L, K = static_size(x.shape[-1]), static_size(weight.shape[-1])
-    # row t of the skewed buffer holds flip(weight[t]) from column t on: M[t, t + j] = weight[t, K - 1 - j], zero
-    # elsewhere; column s + K - 1 - zero_lag of M is lag t - s + zero_lag = k
-    rows = F.pad(weight.flip(-1), (0, L)).flatten(-2)[..., : L * (L + K - 1)].unflatten(-1, (L, L + K - 1))
-    band = rows[..., K - 1 - zero_lag : K - 1 - zero_lag + L]  # (B, H, L: t, L: s)
-    return torch.matmul(x, band.transpose(-1, -2))
+    """:func:`dynamic_conv_onnx` as ``xp A^T`` with the band ``A[t, t + j] = weight[t, K - 1 - j]`` of ``L`` rows by
+    ``L + K - 1`` columns and ``xp`` the input zero-padded by ``K - 1 - zero_lag`` and ``zero_lag``."""
+    B, H, _, L = x.shape
+    L, K = static_size(L), static_size(weight.shape[-1])
+    W = L + K - 1
+    exchange = torch.eye(K, dtype=weight.dtype, device=weight.device).flip(0)
+    taps = torch.matmul(exchange, weight.transpose(2, 3))  # (B, H, K, L): the flipped kernels, tap-major
+    # block t of the flat (L, W) band at t (W + 1): row t, columns t .. t + K - 1; no padding (the TorchScript
+    # exporter writes Col2Im's pads in the wrong order), so the input is padded instead
+    band = F.fold(taps.reshape(-1, K, L), (1, L * W), (1, K), stride=(1, W + 1)).view(B, H, L, W)
+    return torch.matmul(F.pad(x, (K - 1 - zero_lag, zero_lag)), band.transpose(-1, -2))
 
 
 def dynamic_conv_taps(x: torch.Tensor, weight: torch.Tensor, zero_lag: int) -> torch.Tensor:

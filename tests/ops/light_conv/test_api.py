@@ -63,6 +63,22 @@ def test_dynamic_onnx_algorithms_match_naive(K: int, causal: bool) -> None:
         torch.testing.assert_close(y.reshape(2, 6, L), ref, msg=lambda m, f=form: f'{f.__name__}: {m}')
 
 
+@pytest.mark.parametrize('K, zero_lag', [(5, 0), (5, 1), (5, 3), (4, 1), (7, 6), (1, 0), (12, 11)])
+def test_dynamic_band_at_any_zero_lag(K: int, zero_lag: int) -> None:
+    """The band's fold pads both ends alike: zero lags off the middle tap (zero taps added on one side) against a
+    loop over lags in float64, sequences shorter and longer than the kernel."""
+    for n in (3, 17):
+        x, w = rand(2, 4, n), rand(2, 2, n, K)
+        ref = torch.zeros_like(x)
+        for k in range(K):  # y[t] += w[t, k] x[t - (k - zero_lag)]
+            lag = k - zero_lag
+            for t in range(n):
+                if 0 <= t - lag < n:
+                    ref[:, :, t] += w.repeat_interleave(2, 1)[:, :, t, k] * x[:, :, t - lag]
+        y = dynamic_conv_band(x.view(2, 2, 2, n), w, zero_lag).reshape(2, 4, n)
+        torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_dynamic_onnx_form_by_length() -> None:
     limit = ONNX_BAND_MAX_LENGTH
     assert [dynamic_conv_onnx_method(n) for n in (1, limit, limit + 1)] == ['band', 'band', 'taps']
