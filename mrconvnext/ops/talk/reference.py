@@ -88,11 +88,14 @@ def talk2d_reference(
 
     def corner(ev, eu):
         (v, kv), (u, ku) = ev, eu
-        idx = (kv.long() * W1 + ku.long()).reshape(B, heads, 1, N).expand(B, heads, R, N)
+        idx = (kv.long() * W1 + ku.long()).reshape(B, heads, 1, N)
         fv = (v - kv).reshape(B, heads, 1, N)
         fu = (u - ku).reshape(B, heads, 1, N)
-        p00, p01 = P.gather(-1, idx), P.gather(-1, idx + 1)
-        p10, p11 = P.gather(-1, idx + W1), P.gather(-1, idx + W1 + 1)
+
+        def at(shift: int) -> torch.Tensor:  # index arithmetic per head, broadcast to the channels last
+            return P.gather(-1, (idx + shift).expand(B, heads, R, N))
+
+        p00, p01, p10, p11 = at(0), at(1), at(W1), at(W1 + 1)
         return (1 - fv) * ((1 - fu) * p00 + fu * p01) + fv * ((1 - fu) * p10 + fu * p11)
 
     box = corner(bottom, right) - corner(bottom, left) - corner(top, right) + corner(top, left)
