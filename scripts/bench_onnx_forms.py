@@ -107,12 +107,19 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
         if 'dynamic_conv' in ops:  # (heads, R, L, K)
             for H, R, L, K in [(10, 16, 196, 31), (20, 16, 49, 31), (5, 16, 784, 15), (2, 20, 3136, 7)][:limit]:
                 x = torch.randn(B, H, R, L, generator=g)
-                w = torch.softmax(torch.randn(B, H, L, K, generator=g), -1)
+                logits = torch.randn(B, H, K, L, generator=g)
                 forms = {'tap loop': lambda x, w, z: dynamic_conv_decomposition(x, w.transpose(2, 3), z),
-                         'taps': dynamic_conv_taps, 'band': dynamic_conv_band}  # fmt: skip
-                if L > 1000:
-                    del forms['band']  # an L x L matrix per image and head: gigabytes
-                yield 'dynamic_conv', (B, H * R, L, K), forms, (x, w), (), ((K - 1) // 2,), forms['tap loop']
+                         'taps': dynamic_conv_taps, 'band': dynamic_conv_band,
+                         'whole band': lambda x, w, z, n=L: dynamic_conv_band(x, w, z, chunk=n)}  # fmt: skip
+                if L > 256:
+                    del forms['whole band']  # an L x L matrix per image and head: gigabytes
+                # the weights as the layers make them (a softmax over the taps of tap-major logits, transposed)
+                forms = {k: _from_logits(f) for k, f in forms.items()}
+                yield 'dynamic_conv', (B, H * R, L, K), forms, (x, logits), (), ((K - 1) // 2,), forms['tap loop']
+
+
+def _from_logits(fn):
+    return lambda x, logits, z: fn(x, torch.softmax(logits, 2).transpose(2, 3), z)
 
 
 def run(argv: list[str] | None = None) -> list[dict]:

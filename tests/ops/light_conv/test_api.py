@@ -14,7 +14,7 @@ from mrconvnext.ops.light_conv import (
 )
 from mrconvnext.ops.light_conv.api import dynamic_mix
 from mrconvnext.ops.light_conv.checks import zero_lag_for
-from mrconvnext.ops.light_conv.dispatch import ONNX_BAND_MAX_LENGTH, dynamic_conv_onnx_method
+from mrconvnext.ops.light_conv.dispatch import ONNX_BAND_CHUNK, dynamic_conv_onnx_chunk
 from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
 from tests.reference import naive_dynamic, naive_light
 
@@ -65,8 +65,8 @@ def test_dynamic_onnx_algorithms_match_naive(K: int, causal: bool) -> None:
 
 @pytest.mark.parametrize('K, zero_lag', [(5, 0), (5, 1), (5, 3), (4, 1), (7, 6), (1, 0), (12, 11)])
 def test_dynamic_band_at_any_zero_lag(K: int, zero_lag: int) -> None:
-    """The band's fold pads both ends alike: zero lags off the middle tap (zero taps added on one side) against a
-    loop over lags in float64, sequences shorter and longer than the kernel."""
+    """The band at zero lags off the middle tap against a loop over lags in float64, sequences shorter and longer
+    than the kernel, as one band and in chunks."""
     for n in (3, 17):
         x, w = rand(2, 4, n), rand(2, 2, n, K)
         ref = torch.zeros_like(x)
@@ -75,15 +75,21 @@ def test_dynamic_band_at_any_zero_lag(K: int, zero_lag: int) -> None:
             for t in range(n):
                 if 0 <= t - lag < n:
                     ref[:, :, t] += w.repeat_interleave(2, 1)[:, :, t, k] * x[:, :, t - lag]
-        y = dynamic_conv_band(x.view(2, 2, 2, n), w, zero_lag).reshape(2, 4, n)
-        torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+        for chunk in (None, max(K - 1, 1), K + 2):  # one band, chunks (the last one partial)
+            y = dynamic_conv_band(x.view(2, 2, 2, n), w, zero_lag, chunk).reshape(2, 4, n)
+            torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
 
 
-def test_dynamic_onnx_form_by_length() -> None:
-    limit = ONNX_BAND_MAX_LENGTH
-    assert [dynamic_conv_onnx_method(n) for n in (1, limit, limit + 1)] == ['band', 'band', 'taps']
-    x, w, bias = rand(1, 4, limit + 5), rand(1, 2, limit + 5, 5).softmax(-1), rand(4)
+def test_dynamic_onnx_chunks() -> None:
+    """Chunks of ONNX_BAND_CHUNK positions, at least K - 1, the whole sequence where that is shorter; a sequence of
+    several chunks, the last one partial, through the engine against the loop."""
+    n = ONNX_BAND_CHUNK
+    assert [dynamic_conv_onnx_chunk(L, 7) for L in (1, n, n + 1, 3136)] == [1, n, n, n]
+    assert dynamic_conv_onnx_chunk(3136, n + 9) == n + 8 and dynamic_conv_onnx_chunk(n + 5, n + 9) == n + 5
+    x, w, bias = rand(1, 4, 2 * n + 5), rand(1, 2, 2 * n + 5, 5).softmax(-1), rand(4)
     torch.testing.assert_close(dynamic_conv1d(x, w, bias, engine='onnx'), naive_dynamic(x, w, bias, False))
+    with pytest.raises(ValueError, match='chunks of 3 positions cannot hold the 4 next inputs'):
+        dynamic_conv_band(x.view(1, 2, 2, -1), w, 2, chunk=3)
 
 
 @pytest.mark.parametrize(
