@@ -9,7 +9,11 @@ opset 18), and checked against PyTorch: the relative error ``||y_ort - y_torch||
 two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads; the
 models are timed in interleaved rounds (each round times one batch of every model, in a rotating order, so load
 changes on a shared machine hit all alike) after two warm-up runs; reported are the medians, the ratios of
-throughput to the ConvNeXt of the same size, the export time and the number of ONNX nodes.
+throughput to the ConvNeXt of the same size, the export time and the number of ONNX nodes. Each session has its own
+intra-op threads, which spin-wait after a run: a session run right after another shares the cores with them
+(convnext_atto at batch 1 took 31 ms so, 11 ms alone). So each timed run follows a pause of ``--pause`` seconds and
+one untimed run of the same session, as a model serving a stream of requests alone runs; tables generated before
+2026-11-27 lack this, and their batch-1 columns favour the larger graphs.
 
 ``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
 since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch
@@ -111,6 +115,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--rounds', type=int, default=5, help='timed interleaved rounds')
     p.add_argument('--out', default='', help='folder for onnx_cpu.{csv,md} (default: print only)')
     p.add_argument('--openvino', action='store_true', help='also check each file in OpenVINO (see above)')
+    p.add_argument('--pause', type=float, default=0.05, help='seconds between two sessions (see above)')
     args = p.parse_args(argv)
     import numpy as np
     import onnxruntime as ort
@@ -135,8 +140,11 @@ def run(argv: list[str] | None = None) -> list[dict]:
             for i in order:
                 session = rows[i]['session']
                 for b in args.batches:
+                    feed = {session.get_inputs()[0].name: inputs[b]}
+                    time.sleep(args.pause)  # the last session's threads stop spinning
+                    session.run(None, feed)  # this session's threads awake, as in a stream of requests
                     t0 = time.perf_counter()
-                    session.run(None, {session.get_inputs()[0].name: inputs[b]})
+                    session.run(None, feed)
                     times[i, b].append(time.perf_counter() - t0)
     for i, row in enumerate(rows):
         del row['session']
@@ -172,7 +180,8 @@ def _markdown(rows: list[dict], fields: list[str], versions: str, argv: list[str
         '',
         f'Generated {datetime.date.today()} on {platform.node()}, commit {commit.stdout.strip() or "?"}, {versions}, '
         f"by `{command.strip()}`. Ratios: throughput against timm's ConvNeXt of the same size (higher is better); "
-        'medians of interleaved rounds; rel_error: logits against PyTorch.',
+        'medians of interleaved rounds, each timed run after a pause and an untimed run of the same session; '
+        'rel_error: logits against PyTorch.',
         '',
         '| ' + ' | '.join(fields) + ' |',
         '| ' + ' | '.join('---' for _ in fields) + ' |',
