@@ -70,8 +70,8 @@ TOEPLITZ_MIN_BATCH = 64
 
 
 # The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`
-# (docs/benchmarks.md): at L = 196 the row DFT wins at batch 1 and loses at batch 8 (one graph serves every batch:
-# latency decides); at L = 49 Toeplitz wins at both.
+# (docs/benchmarks.md): at L = 196 the row DFT of the 'onnx' engine (engine_onnx: a 14 x 14 grid, blocks along its
+# rows) wins at batch 1 and ties at batch 8; at L = 49 Toeplitz wins at both (one graph serves every batch).
 ONNX_TOEPLITZ_MAX_LENGTH = 100
 
 
