@@ -31,15 +31,17 @@ LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 # copies of the input). ONNX Runtime 1.32, 2 threads (`python scripts/bench_onnx_forms.py --ops dynamic_conv`), batch
 # 1 / 8, 16 channels per head: 784 positions, 15 taps: 1.15 / 9.5 ms against the tap bank's 1.8 / 16.4 (chunks of
 # 64: 1.3 / 11.4); 196 positions, 31 taps: 0.85 / 7.3 against the whole band's 1.06 / 9.5; 3136 positions, 7 taps:
-# 1.75 / 19.4 against 1.77 / 19.5.
+# 1.75 / 19.4 against 1.77 / 19.5. A sequence of at most two chunks stays one band (49 positions, 31 taps: 0.18 / 1.35
+# ms against 0.25 / 2.1 in chunks; docs/benchmarks.md's ONNX forms table).
 ONNX_BAND_CHUNK = 32
 
 
 def dynamic_conv_onnx_chunk(length: int, taps: int) -> int:
     """The chunk length of DynamicConv's ONNX form for ``length`` positions and ``taps`` taps: ``ONNX_BAND_CHUNK``,
-    at least ``taps - 1`` (a window reaches into the next chunk only), and the whole sequence where that is no
-    longer."""
-    return min(length, max(ONNX_BAND_CHUNK, taps - 1))
+    at least ``taps - 1`` (a window reaches into the next chunk only); the whole sequence where it is at most two
+    chunks long."""
+    chunk = max(ONNX_BAND_CHUNK, taps - 1)
+    return length if length <= 2 * chunk else chunk
 
 
 def dynamic_conv_engine(device: torch.device | str, engine: str = 'auto') -> str:

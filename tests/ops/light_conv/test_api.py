@@ -81,12 +81,12 @@ def test_dynamic_band_at_any_zero_lag(K: int, zero_lag: int) -> None:
 
 
 def test_dynamic_onnx_chunks() -> None:
-    """Chunks of ONNX_BAND_CHUNK positions, at least K - 1, the whole sequence where that is shorter; a sequence of
-    several chunks, the last one partial, through the engine against the loop."""
+    """Chunks of ONNX_BAND_CHUNK positions, at least K - 1, the whole sequence where it is at most two chunks long;
+    a sequence of several chunks, the last one partial, through the engine against the loop."""
     n = ONNX_BAND_CHUNK
-    assert [dynamic_conv_onnx_chunk(L, 7) for L in (1, n, n + 1, 3136)] == [1, n, n, n]
-    assert dynamic_conv_onnx_chunk(3136, n + 9) == n + 8 and dynamic_conv_onnx_chunk(n + 5, n + 9) == n + 5
-    x, w, bias = rand(1, 4, 2 * n + 5), rand(1, 2, 2 * n + 5, 5).softmax(-1), rand(4)
+    assert [dynamic_conv_onnx_chunk(L, 7) for L in (1, n, 2 * n, 2 * n + 1, 3136)] == [1, n, 2 * n, n, n]
+    assert dynamic_conv_onnx_chunk(3136, n + 9) == n + 8 and dynamic_conv_onnx_chunk(2 * n + 16, n + 9) == 2 * n + 16
+    x, w, bias = rand(1, 4, 3 * n + 5), rand(1, 2, 3 * n + 5, 5).softmax(-1), rand(4)
     torch.testing.assert_close(dynamic_conv1d(x, w, bias, engine='onnx'), naive_dynamic(x, w, bias, False))
     with pytest.raises(ValueError, match='chunks of 3 positions cannot hold the 4 next inputs'):
         dynamic_conv_band(x.view(1, 2, 2, -1), w, 2, chunk=3)
