@@ -30,10 +30,17 @@ def _fixture_threads():
     torch.set_num_threads(threads)
 
 
+# The fixture's logits were computed on an AMD EPYC, where this test held bitwise. torch's float32 CPU kernels
+# (GEMM, LayerNorm, FFT) pick their code by the CPU's vector units, so another CPU rounds differently: on an AVX-512
+# Xeon the logits differed by 6e-8 to 9e-8 (1e-7 of their scale) with every family's code unchanged. A change in
+# what a checkpoint loads or computes moves them by far more.
+TOLERANCE = 1e-6  # of the largest logit
+
+
 def _close(y: torch.Tensor, ref: torch.Tensor) -> None:
-    """Bitwise: the same arithmetic as then (a change of algorithm that only moves float32 rounding would justify
-    a tolerance of 1e-6 of the logit scale, stated here)."""
-    assert torch.equal(y, ref), (y - ref).abs().max().item()
+    """Equal to float32 rounding: within ``TOLERANCE`` of the logits' scale (bitwise on the CPU that wrote them)."""
+    err = (y - ref).abs().max().item()
+    assert err <= TOLERANCE * ref.abs().max().item(), err
 
 
 @pytest.mark.parametrize('key', sorted(RECORD))
