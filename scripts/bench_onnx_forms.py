@@ -71,6 +71,8 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
     from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
     from mrconvnext.ops.light_conv.operators import dynamic_conv_decomposition
     from mrconvnext.ops.long_conv import engine_onnx, engine_torch
+    from mrconvnext.ops.long_conv.engine_onnx import onnx_grid
+    from mrconvnext.ops.long_conv.grid import row_grid
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
     from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_dense
 
@@ -84,6 +86,8 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                          'rowdft/onnx': engine_onnx.rowdft_conv}  # fmt: skip
                 if L > 1000:
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
+                if onnx_grid(L) != row_grid(L):  # the ONNX engine's short rows against the square grid
+                    forms['rowdft/onnx square'] = lambda x, k, z, g=row_grid(L): engine_onnx.rowdft_conv(x, k, z, g)
                 yield 'long_conv', (B, C, L), forms, (x,), (k,), (L - 1,), engine_torch.toeplitz_conv
         if 'talk' in ops:  # (C, heads, H, W)
             talk_shapes = [(40, 4, 56, 56), (160, 16, 14, 14), (192, 12, 28, 28), (384, 24, 14, 14), (768, 48, 7, 7)]

@@ -28,7 +28,8 @@ __all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 # DFTs 4 P multiply-adds per position. In ONNX Runtime 1.32 on 2 threads of a Xeon (about 12 GB/s), ConvNeXt-T's
 # stage 1 (96 x 3136) took 8.6 / 26.8 ms at batch 1 / 8 with rows of 16 against 18.1 / 38.8 with its own 56 x 56
 # grid, 11 / 30 with rows of 32; stage 2 (192 x 784) 2.7 / 10.7 with rows of 16 against 2.9 / 14.2 with 28. Shorter
-# maps fold near the square root (stage 3's 14 x 14: 1.1 / 4.8 ms, the Toeplitz product 1.5 / 5.0).
+# maps fold near the square root (stage 3's 14 x 14: 1.1 / 4.8 ms, the Toeplitz product 1.5 / 5.0). The ONNX forms
+# table of docs/benchmarks.md times these rows against the square grid ('rowdft/onnx square').
 ONNX_ROW_WIDTH = 16
 
 
@@ -53,13 +54,15 @@ def _frequency_major(m: torch.Tensor, n: int, dim: int) -> torch.Tensor:
     return m.view(-1, 2, n).transpose(1, 2).reshape(m.shape)
 
 
-def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+def rowdft_conv(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, grid: tuple[int, int] | None = None
+) -> torch.Tensor:
     """Identity 2 on the transposed grid: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``, in ``x``'s
-    dtype."""
+    dtype; ``grid``: ``(P, Q)`` with ``(P - 1) Q < L <= P Q`` (default :func:`onnx_grid`; the benchmark's others)."""
     B, C, L = x.shape
     C, L = static_size(C), static_size(L)  # TorchScript's trace: sizes as tensors (the batch stays traced)
     N = kernel.shape[0]
-    P, Q = onnx_grid(L)
+    P, Q = onnx_grid(L) if grid is None else grid
     # blocks (batch f C + c, row 2 w' + s, column 2 w + r) of the transposed grid, reordered to batch c P + f, rows
     # (r, w), columns (s, w'): the right-hand factor of each channel and frequency. They depend on the kernel alone
     # (an exported graph folds them)
