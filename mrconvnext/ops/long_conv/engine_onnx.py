@@ -25,11 +25,10 @@ from .grid import row_dft, row_grid, row_idft, toeplitz_blocks
 __all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 
 # Row length Q of the folded sequence past 256 positions: the blocks take 16 Q^2 bytes per channel and frequency, the
-# DFTs 4 P multiply-adds per position. In ONNX Runtime 1.32 on 2 threads of a Xeon (about 12 GB/s), ConvNeXt-T's
-# stage 1 (96 x 3136) took 8.6 / 26.8 ms at batch 1 / 8 with rows of 16 against 18.1 / 38.8 with its own 56 x 56
-# grid, 11 / 30 with rows of 32; stage 2 (192 x 784) 2.7 / 10.7 with rows of 16 against 2.9 / 14.2 with 28. Shorter
-# maps fold near the square root (stage 3's 14 x 14: 1.1 / 4.8 ms, the Toeplitz product 1.5 / 5.0). The ONNX forms
-# table of docs/benchmarks.md times these rows against the square grid ('rowdft/onnx square').
+# DFTs 4 P multiply-adds per position. ONNX Runtime 1.32 on 2 threads of a Xeon (docs/benchmarks.md's ONNX forms
+# table, 'rowdft/onnx' against 'rowdft/onnx square', batch 1 / 8): ConvNeXt-T's stage 1 (96 x 3136) 8.3 / 42.6 ms
+# against 16.1 / 37.6 on its own 56 x 56 grid, stage 2 (192 x 784) 4.1 / 11.5 against 5.2 / 14.0; atto's stage 1
+# 3.5 / 15.8 against 5.4 / 16.9. Batch 1 reads the blocks once per image, so it gains most; rows of 32 fell between.
 ONNX_ROW_WIDTH = 16
 
 
