@@ -28,11 +28,11 @@ LIGHT_CONV_ENGINES = ('auto', 'torch', 'triton')
 
 # The ONNX form of DynamicConv cuts the sequence into chunks of this many positions, each one band matrix per image
 # and head over its window of chunk + K - 1 inputs (a whole-sequence band grows as L^2, the one-hot tap bank writes K
-# copies of the input). ONNX Runtime 1.32, 2 threads (`python scripts/bench_onnx_forms.py --ops dynamic_conv`), batch
-# 1 / 8, 16 channels per head: 784 positions, 15 taps: 1.15 / 9.5 ms against the tap bank's 1.8 / 16.4 (chunks of
-# 64: 1.3 / 11.4); 196 positions, 31 taps: 0.85 / 7.3 against the whole band's 1.06 / 9.5; 3136 positions, 7 taps:
-# 1.75 / 19.4 against 1.77 / 19.5. A sequence of at most two chunks stays one band (49 positions, 31 taps: 0.18 / 1.35
-# ms against 0.25 / 2.1 in chunks; docs/benchmarks.md's ONNX forms table).
+# copies of the input). ONNX Runtime 1.32, 2 threads, batch 1 / 8 (docs/benchmarks.md's ONNX forms table, 'band'
+# against 'taps' and 'whole band'): 784 positions, 15 taps 0.83 / 4.5 ms against the tap bank's 1.43 / 9.4; 196
+# positions, 31 taps 0.61 / 4.2 against the whole band's 0.89 / 4.5; 3136 positions, 7 taps 1.0 / 7.1 against
+# 0.9 / 8.4. A sequence of at most two chunks stays one band (49 positions, 31 taps, in the table's run before this
+# rule: 0.18 / 1.35 ms whole against 0.25 / 2.1 in chunks of 32).
 ONNX_BAND_CHUNK = 32
 
 
