@@ -13,6 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mrconvnext.layers import MRConv1d, MRConv2d
 from mrconvnext.ops import engines, long_conv1d
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
+from mrconvnext.ops.long_conv.engine_onnx import ONNX_ROW_WIDTH, onnx_grid, rowdft_conv
+from mrconvnext.ops.long_conv.grid import row_grid
 from tests.reference import shifted_sum_conv
 
 DT = torch.float64
@@ -61,8 +63,6 @@ def test_onnx_engine_on_long_sequences_matches_the_direct_convolution(L, K, zero
     """Past ONNX_ROW_WIDTH ** 2 positions the 'onnx' engine folds into short rows: a divisor of the length (300:
     20 x 15, 784: 49 x 16) or rows of 16 with the last one zero-padded (1031 and 257, primes); float64 against the
     grouped conv, and float32 within 5e-6 of the largest output."""
-    from mrconvnext.ops.long_conv.engine_onnx import ONNX_ROW_WIDTH, onnx_grid
-
     P, Q = onnx_grid(L)
     assert P * Q >= L and Q <= ONNX_ROW_WIDTH and (P - 1) * Q < L
     x = torch.randn(2, 3, L, dtype=DT)
@@ -72,9 +72,6 @@ def test_onnx_engine_on_long_sequences_matches_the_direct_convolution(L, K, zero
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
     y32 = long_conv1d(x.float(), k.float(), zero_lag=zero_lag, method='rowdft', engine='onnx')
     torch.testing.assert_close(y32.double(), ref, rtol=0, atol=5e-6 * ref.abs().max().item())
-    from mrconvnext.ops.long_conv.engine_onnx import rowdft_conv
-    from mrconvnext.ops.long_conv.grid import row_grid
-
     y = rowdft_conv(x, k.unsqueeze(0), zero_lag, grid=row_grid(L))[:, 0]  # the benchmark's square grid
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
 
@@ -82,9 +79,6 @@ def test_onnx_engine_on_long_sequences_matches_the_direct_convolution(L, K, zero
 def test_onnx_grid_folds_into_short_rows():
     """Rows of at most ONNX_ROW_WIDTH past its square, a divisor of the length where one lies within a quarter of
     it; near the square root below (the row-DFT method's own grid)."""
-    from mrconvnext.ops.long_conv.engine_onnx import onnx_grid
-    from mrconvnext.ops.long_conv.grid import row_grid
-
     assert [onnx_grid(L) for L in (3136, 784, 300, 1031)] == [(196, 16), (49, 16), (20, 15), (65, 16)]
     assert all(onnx_grid(L) == row_grid(L) for L in (1, 49, 196, 200, 256))
 
