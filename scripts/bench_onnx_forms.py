@@ -86,8 +86,9 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                          'rowdft/onnx': engine_onnx.rowdft_conv}  # fmt: skip
                 if L > 1000:
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
-                if onnx_grid(L) != row_grid(L):  # the ONNX engine's short rows against the square grid
-                    forms['rowdft/onnx square'] = lambda x, k, z, g=row_grid(L): engine_onnx.rowdft_conv(x, k, z, g)
+                square = row_grid(L)
+                if onnx_grid(L) != square:  # the ONNX engine's short rows against the square grid
+                    forms['rowdft/onnx square'] = lambda x, k, z, g=square: engine_onnx.rowdft_conv(x, k, z, g)
                 yield 'long_conv', (B, C, L), forms, (x,), (k,), (L - 1,), engine_torch.toeplitz_conv
         if 'talk' in ops:  # (C, heads, H, W)
             talk_shapes = [(40, 4, 56, 56), (160, 16, 14, 14), (192, 12, 28, 28), (384, 24, 14, 14), (768, 48, 7, 7)]
