@@ -112,6 +112,25 @@ _MATMUL = {
 _MATMUL_VJP = {'toeplitz': engine_torch.toeplitz_conv_vjp, 'rowdft': engine_torch.rowdft_conv_vjp}
 
 
+class _MatmulConv(torch.autograd.Function):
+    """A matmul method (``'toeplitz'`` / ``'rowdft'``) whose backward is its own vjp: autograd through the products
+    would take the Toeplitz matrices' gather back by an accumulating ``index_put`` over every entry (on a GPU it
+    serializes on atomics), and save the matrices. Saved: ``x`` and the kernels; the products of the backward run
+    in the forward's dtypes (a backward runs outside autocast)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str) -> torch.Tensor:
+        ctx.save_for_backward(x, kernel)
+        ctx.zero_lag, ctx.method, ctx.dtypes = zero_lag, method, engine_torch.matmul_dtypes(x)
+        return _MATMUL[method](x, kernel, zero_lag)
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        x, kernel = ctx.saved_tensors
+        grad_x, grad_k = _MATMUL_VJP[ctx.method](grad_y, x, kernel, ctx.zero_lag, ctx.dtypes)
+        return grad_x, grad_k, None, None
+
+
 def long_conv1d(
     x: torch.Tensor,
     kernel: torch.Tensor,
@@ -181,7 +200,11 @@ def _run(
         if amp is None:  # products in the input's dtype (float64 if either operand is)
             dtype = torch.float64 if compute == torch.float64 else x.dtype
             x, kernel = x.to(dtype), kernel.to(dtype)
-        y = _MATMUL[plan.operator](x, kernel if stacked else kernel.unsqueeze(0), zero_lag)
+        k = kernel if stacked else kernel.unsqueeze(0)
+        if plan.operator in _MATMUL_VJP and torch.is_grad_enabled() and (x.requires_grad or k.requires_grad):
+            y = _MatmulConv.apply(x, k, zero_lag, plan.operator)
+        else:
+            y = _MATMUL[plan.operator](x, k, zero_lag)
         if bias is not None:
             y = y + bias.to(y.dtype).unsqueeze(-1)
         return y if stacked else y.squeeze(1)

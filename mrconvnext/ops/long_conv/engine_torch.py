@@ -32,6 +32,7 @@ __all__ = [
     'toeplitz_conv_vjp',
     'rowdft_conv',
     'rowdft_conv_vjp',
+    'matmul_dtypes',
 ]
 
 # On the CPU (oneDNN 3.x) a depthwise conv1d with large built-in zero padding takes a path whose time grows with K,
@@ -144,7 +145,7 @@ def direct_conv1d_vjp(
     return grad_xp[..., K - 1 - zero_lag : K - 1 - zero_lag + L], grad_k
 
 
-def _dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
+def matmul_dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     """``(build, product)``: kernel-side matrices are built in ``x``'s dtype, or in float32 under autocast, and
     written in the dtype the products run in (autocast's, else ``x``'s), so autocast casts none of them again."""
     amp = autocast_dtype(x.device.type)
@@ -154,24 +155,29 @@ def _dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
 def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as ``N * C`` products of an ``L x L``
     Toeplitz matrix (one gather, in the product dtype) with the ``(L, B)`` columns of a channel."""
-    _, product = _dtypes(x)
+    _, product = matmul_dtypes(x)
     with autocast_off(x.device.type):
         T = toeplitz_matrix(kernel.to(product), zero_lag, static_size(x.shape[-1]))  # (N, C, L, L)
     return torch.matmul(T, x.permute(1, 2, 0)).permute(3, 0, 1, 2)  # (N, C, L, B) -> (B, N, C, L)
 
 
 def toeplitz_conv_vjp(
-    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+    dtypes: tuple[torch.dtype, torch.dtype] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_kernel)`` of :func:`toeplitz_conv` for ``grad_y (B, N, C, L)``: ``T^T`` times the gradient,
-    and the gradient's outer products with ``x`` summed into the taps."""
-    _, product = _dtypes(x)
+    and the gradient's outer products with ``x`` summed into the taps. ``dtypes``: the forward's ``(build,
+    product)`` dtypes (default: as the forward would choose them now; a backward runs outside autocast)."""
+    build, product = dtypes or matmul_dtypes(x)
     with autocast_off(x.device.type):
         T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
     g = grad_y.to(product).permute(1, 2, 3, 0)  # (N, C, L, B)
     grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1)  # (B, C, L)
     grad_T = torch.matmul(g, x.to(product).permute(1, 0, 2))  # (N, C, L, L): sum over b of g x^T
-    grad_k = toeplitz_matrix_vjp(grad_T.to(_dtypes(x)[0]), kernel.shape[-1], zero_lag)
+    grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag)
     return grad_x.to(x.dtype), grad_k.to(kernel.dtype)
 
 
@@ -187,7 +193,7 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
     C, L = static_size(C), static_size(L)  # TorchScript's trace: sizes as tensors (the batch stays traced)
     N = kernel.shape[0]
     P, Q = row_grid(L)
-    build, product = _dtypes(x)
+    build, product = matmul_dtypes(x)
     with autocast_off(x.device.type):
         blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
@@ -204,15 +210,19 @@ def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.T
 
 
 def rowdft_conv_vjp(
-    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+    dtypes: tuple[torch.dtype, torch.dtype] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_kernel)`` of :func:`rowdft_conv` for ``grad_y (B, N, C, L)``: its three products taken back
     in turn (the row spectra of ``x`` recomputed), then the blocks' gradient into the taps
-    (:func:`.grid.toeplitz_blocks_vjp`)."""
+    (:func:`.grid.toeplitz_blocks_vjp`). ``dtypes`` as :func:`toeplitz_conv_vjp`'s."""
     B, C, L = x.shape
     N, _, K = kernel.shape
     P, Q = row_grid(L)
-    build, product = _dtypes(x)
+    build, product = dtypes or matmul_dtypes(x)
     with autocast_off(x.device.type):
         blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 __all__ = [
     'row_grid',
@@ -142,30 +143,48 @@ def toeplitz_blocks_vjp(
     grad: torch.Tensor, kernel_shape: tuple[int, int, int], zero_lag: int, rows: int, cols: int
 ) -> torch.Tensor:
     """The gradient of the kernels ``(N, C, K)`` from that of :func:`toeplitz_blocks`' output, in ``grad``'s dtype:
-    the gather, the stacking and the column DFT taken back in turn."""
+    the gather, the stacking and the column DFT taken back in turn. The gather's adjoint sums each of the four
+    ``rows x rows`` parts of a block along its diagonals and the 2-D kernel's overlapping rows are added back into
+    the taps (:func:`_diagonal_sums`, :func:`_overlap_add`): copies and sums, no scatter (a GPU's ``index_add_``
+    serializes on atomics)."""
     N, C, K = kernel_shape
     A = 2 * rows - 1
-    parts = grad.new_zeros(N, cols * C, 4 * A)
-    parts.index_add_(-1, _block_index(rows, grad.device).reshape(-1), grad.flatten(-2))
-    parts = parts.view(N, cols, C, 4, A).permute(0, 2, 4, 1, 3)  # (N, C, A, nf, 4)
+    g = grad.unflatten(-1, (rows, 2)).unflatten(-3, (rows, 2))  # (N, nf * C, h, s, g, r)
+    parts = _diagonal_sums(g.permute(0, 1, 3, 5, 2, 4))  # (N, nf * C, s, r, a)
+    parts = parts.reshape(N, cols, C, 4, A).permute(0, 2, 4, 1, 3)  # (N, C, A, nf, 4)
     d_re = parts[..., 0] + parts[..., 3]
     d_im = parts[..., 2] - parts[..., 1]
     cos, msin = _column_dft(cols, grad.device, grad.dtype)
-    d_k2 = d_re @ cos.T + d_im @ msin.T  # (N, C, A, 2 cols - 1)
-    a = torch.arange(-(rows - 1), rows, device=grad.device).view(-1, 1)
-    d = torch.arange(-(cols - 1), cols, device=grad.device).view(1, -1)
-    return _scatter_taps(d_k2, zero_lag + a * cols + d, K)
+    d_k2 = d_re @ cos.T + d_im @ msin.T  # (N, C, A, 2 cols - 1): offset (a, d) at tap zero_lag + a cols + d
+    return _window(_overlap_add(d_k2, cols), rows * cols - 1 - zero_lag, K)
 
 
 def toeplitz_matrix_vjp(grad: torch.Tensor, taps: int, zero_lag: int) -> torch.Tensor:
-    """The gradient of the kernels ``(..., K)`` from that of :func:`toeplitz_matrix`' ``(..., L, L)`` output."""
-    t = torch.arange(grad.shape[-1], device=grad.device)
-    return _scatter_taps(grad, zero_lag + t.view(-1, 1) - t.view(1, -1), taps)
+    """The gradient of the kernels ``(..., K)`` from that of :func:`toeplitz_matrix`' ``(..., L, L)`` output: each
+    tap's diagonal summed (:func:`_diagonal_sums`)."""
+    L = grad.shape[-1]
+    return _window(_diagonal_sums(grad), L - 1 - zero_lag, taps)
 
 
-def _scatter_taps(grad: torch.Tensor, j: torch.Tensor, taps: int) -> torch.Tensor:
-    """Adjoint of :func:`_padded_taps`: ``grad (..., *j.shape)`` summed into the taps ``j`` (those outside
-    ``[0, taps)`` dropped) -> ``(..., taps)``."""
-    j = torch.where((j >= 0) & (j < taps), j, taps).reshape(-1)
-    out = grad.new_zeros(*grad.shape[: grad.dim() - 2], taps + 1)
-    return out.index_add_(-1, j, grad.flatten(-2))[..., :taps]
+def _diagonal_sums(m: torch.Tensor) -> torch.Tensor:
+    """``(..., n, n) -> (..., 2n - 1)``: entry ``n - 1 + t - s`` is the sum of ``m[..., t, s]`` over its diagonal.
+    The columns reversed and padded to ``2n``, the rows read back ``2n - 1`` apart skew the anti-diagonals into
+    columns (row ``i`` of the view is the reversed row shifted right by ``i``, zeros elsewhere)."""
+    n = m.shape[-1]
+    skew = F.pad(m.flip(-1), (0, n)).flatten(-2)[..., : n * (2 * n - 1)]
+    return skew.unflatten(-1, (n, 2 * n - 1)).sum(-2)
+
+
+def _overlap_add(frames: torch.Tensor, hop: int) -> torch.Tensor:
+    """``(..., A, 2 hop - 1)`` frames ``hop`` apart -> ``(..., (A + 1) hop)``: frame ``a``'s entry ``d`` added at
+    ``a hop + d``."""
+    halves = F.pad(frames, (0, 1)).unflatten(-1, (2, hop))  # (..., A, 2, hop)
+    rows = F.pad(halves[..., 0, :], (0, 0, 0, 1)) + F.pad(halves[..., 1, :], (0, 0, 1, 0))  # (..., A + 1, hop)
+    return rows.flatten(-2)
+
+
+def _window(seq: torch.Tensor, start: int, length: int) -> torch.Tensor:
+    """``seq[..., start : start + length]``, zero where that leaves ``seq`` (``start`` may be negative)."""
+    n = seq.shape[-1]
+    lo, hi = max(0, -start), max(0, start + length - n)
+    return F.pad(seq, (lo, hi))[..., start + lo : start + lo + length]

@@ -11,7 +11,9 @@ from mrconvnext.ops.long_conv.grid import (
     row_grid,
     row_idft,
     toeplitz_blocks,
+    toeplitz_blocks_vjp,
     toeplitz_matrix,
+    toeplitz_matrix_vjp,
 )
 from tests.reference import shifted_sum_conv
 
@@ -67,3 +69,24 @@ def test_row_grid_holds_the_sequence_near_its_square_root(L):
     assert Q * Q >= L // 2 and P <= 2 * Q + 1  # near sqrt(L)
     if L in (49, 196, 784, 3136):  # ConvNeXt's square maps fold back into their own rows
         assert P == Q and P * Q == L
+
+
+@pytest.mark.parametrize('L, K, zero_lag', [(7, 13, 6), (5, 3, 0), (9, 30, 20), (1, 1, 0), (6, 2, 1), (4, 40, 35)])
+def test_the_toeplitz_matrix_vjp_equals_autograd_through_its_gather(L, K, zero_lag):
+    """The diagonal sums (no scatter) against autograd through toeplitz_matrix's gather, float64: kernels longer and
+    shorter than the matrix, causal, taps that reach no entry (their gradient is 0)."""
+    k = torch.randn(2, 3, K, dtype=DT, requires_grad=True)
+    T = toeplitz_matrix(k, zero_lag, L)
+    g = torch.randn_like(T)
+    (want,) = torch.autograd.grad(T, k, g)
+    torch.testing.assert_close(toeplitz_matrix_vjp(g, K, zero_lag), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('P, Q, K, zero_lag', [(3, 4, 23, 11), (2, 5, 7, 0), (4, 3, 40, 30), (1, 1, 1, 0), (3, 3, 5, 4)])
+def test_the_toeplitz_blocks_vjp_equals_autograd_through_its_gather(P, Q, K, zero_lag):
+    """The blocks' diagonal sums and the 2-D kernel's overlap-add against autograd through toeplitz_blocks, float64."""
+    k = torch.randn(2, 3, K, dtype=DT, requires_grad=True)
+    blocks = toeplitz_blocks(k, zero_lag, P, Q, DT)
+    g = torch.randn_like(blocks)
+    (want,) = torch.autograd.grad(blocks, k, g)
+    torch.testing.assert_close(toeplitz_blocks_vjp(g, (2, 3, K), zero_lag, P, Q), want, rtol=1e-12, atol=1e-12)

@@ -302,15 +302,56 @@ def test_a_features_only_model_at_another_size_agrees_with_the_fft(method):
 @pytest.mark.parametrize('L, K, zero_lag', [(20, 39, 19), (13, 60, 40), (16, 5, 0), (7, 7, 3)])
 def test_the_vjp_without_autograd_equals_autograd(method, stacked, L, K, zero_lag):
     """long_conv1d_vjp (each method's own backward, usable inside operators and under dispatch modes) equals autograd
-    through long_conv1d on the same method, float64, kernels longer than the sequence (cropped) included."""
+    through the grouped F.conv1d reference, float64, kernels longer than the sequence (cropped) included; autograd
+    through long_conv1d (the matmul methods' registered backward) too."""
     from mrconvnext.ops.long_conv import long_conv1d_vjp
 
     x = torch.randn(3, 4, L, dtype=DT).requires_grad_()
     k = torch.randn(*((2,) if stacked else ()), 4, K, dtype=DT).requires_grad_()
     y = long_conv1d(x, k, zero_lag=zero_lag, method=method)
     g = torch.randn_like(y)
-    want = torch.autograd.grad(y, (x, k), g)
+    ref = torch.stack([reference(x, ki, zero_lag) for ki in k], 1) if stacked else reference(x, k, zero_lag)
+    want = torch.autograd.grad(ref, (x, k), g)
+    for a, b in zip(torch.autograd.grad(y, (x, k), g), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     with _Record():  # under a dispatch mode, as FlopCounterMode would be
         got = long_conv1d_vjp(g, x.detach(), k.detach(), zero_lag, method=method)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_the_matmul_methods_backward_scatters_nothing_and_keeps_autocasts_dtype(method):
+    """Training on a matmul method under bf16 autocast (on the CPU, which runs the same code as CUDA): the backward
+    is the method's own vjp, so it runs no scatter (autograd through the Toeplitz gather would take it back with an
+    accumulating index_put, which serializes on a GPU's atomics), its products are bf16 GEMMs like the forward's,
+    autograd saves only x and the kernels, and the gradients agree with float64 autograd through the reference to
+    bf16 rounding (1e-2 of the largest)."""
+    x = torch.randn(64, 3, 49, requires_grad=True)
+    k = torch.randn(2, 3, 97, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.untyped_storage().nbytes()) or t, lambda t: t):
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            y = long_conv1d(x, k, zero_lag=48, method=method)
+    assert y.dtype == torch.bfloat16
+    assert sum(saved) <= x.untyped_storage().nbytes() + k.untyped_storage().nbytes(), saved
+    g = torch.randn(y.shape)
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            calls.append((str(func), {a.dtype for a in tensors}, max((a.numel() for a in tensors), default=0)))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        grads = torch.autograd.grad(y, (x, k), g.to(y.dtype))
+    names = [name for name, _, _ in calls]
+    assert not [n for n in names if 'index_put' in n or 'index_add' in n or 'scatter' in n], names
+    products = [(d, n) for name, d, n in calls if name.split('.')[1] in ('mm', 'bmm', 'matmul') and n >= x.numel()]
+    assert products and all(d == {torch.bfloat16} for d, _ in products), products
+    xd, kd = x.detach().double().requires_grad_(), k.detach().double().requires_grad_()
+    want = torch.autograd.grad(torch.stack([reference(xd, ki, 48) for ki in kd], 1), (xd, kd), g.double())
+    for a, b in zip(grads, want, strict=True):
+        assert a.dtype == torch.float32
+        assert (a.double() - b).abs().max() <= 1e-2 * b.abs().max(), method
