@@ -330,7 +330,9 @@ def test_the_matmul_methods_backward_scatters_nothing_and_keeps_autocasts_dtype(
     x = torch.randn(64, 3, 49, requires_grad=True)
     k = torch.randn(2, 3, 97, requires_grad=True)
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.untyped_storage().nbytes()) or t, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.untyped_storage().nbytes()) or t, lambda t: t
+    ):
         with torch.autocast('cpu', dtype=torch.bfloat16):
             y = long_conv1d(x, k, zero_lag=48, method=method)
     assert y.dtype == torch.bfloat16
