@@ -55,6 +55,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import functools
 import heapq
 import json
 import math
@@ -647,6 +648,39 @@ def fake_cuda(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+@contextlib.contextmanager
+def steady_caches():
+    """The package's caches of tensors that depend on sizes alone (Fourier bases, tap indices: its
+    ``cache_or_body``) as a GPU run has them after its first call: filled by the uncounted forward, hit by the
+    counted ones. Under a fake tensor mode the package bypasses them (fake tensors must not enter its caches), which
+    would count their CPU construction and host-to-device copies on every call; here a cache private to this count
+    holds them. Checkouts without such caches (``--code``) are left as they are."""
+    import importlib
+
+    private: dict = {}
+
+    def cached(fn):
+        body = fn.__wrapped__
+        if body not in private:
+            private[body] = functools.lru_cache(maxsize=None)(body)
+        return private[body]
+
+    patched = []
+    for name in ('mrconvnext.layers.kernel_params', 'mrconvnext.layers.kernel_bank'):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, 'cache_or_body'):
+            patched.append((module, module.cache_or_body))
+            module.cache_or_body = cached
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module.cache_or_body = original
+
+
 def count_step(
     spec: str, train: bool, batch: int = 128, img_size: int = 224, method: str = 'auto', kwargs: dict | None = None,
     repeats: int | None = None,
@@ -665,10 +699,10 @@ def count_step(
 
     name, _, variant = spec.partition(':')
     extra = {'deploy': True} if variant == 'reparam' else {}
-    with torch.device('meta'):  # shapes only: a fake-tensor build cannot run timm's data-dependent init
+    with steady_caches(), torch.device('meta'):  # shapes only: a fake-tensor build cannot run timm's data-dependent init
         model = timm.create_model(name, pretrained=False, **extra, **(kwargs or {}))
     set_method(model, method)
-    with FakeTensorMode():
+    with steady_caches(), FakeTensorMode():
         model = fake_cuda(model).train(train)
         x = torch.randn(batch, 3, img_size, img_size, device='cuda').contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (batch,), device='cuda')

@@ -492,3 +492,37 @@ def test_host_bound_rows_keep_the_least_of_rounds_over_the_models(monkeypatch):
     got = gpu_cost.count_all(['a', 'b'], 1, 32, modes=('eval',), rounds=2, gpu='h200')
     assert order == [('a', 0), ('b', 0), ('a', 1), ('b', 1)]
     assert got['a', 'eval'].calls[0].host == 20e-6 and got['b', 'eval'].calls[0].host == 10e-6
+
+
+def test_size_only_caches_are_counted_as_a_gpu_s_later_calls_find_them():
+    """A Fourier branch's basis depends on sizes alone and is cached by the package, but not under a fake tensor
+    mode: counted as it is, every call would build it on the host and copy it to the device (a wait). Under
+    ``steady_caches`` the first call builds it and the next finds it (the matmul alone), as on a GPU; afterwards the
+    package's own cache holds no fake tensor."""
+    from mrconvnext.layers import kernel_params
+    from mrconvnext.layers.kernel_params import FourierKernel
+
+    def count_twice():
+        counter = gpu_cost.OpCounter()
+        with FakeTensorMode():
+            with torch.device('meta'):
+                branch = FourierKernel(8, 40, 4)
+            branch.modes = torch.nn.Parameter(torch.randn(8, 4, 2, device='cuda'))
+            runs = []
+            for _ in range(2):
+                with counter:
+                    branch()
+                runs.append([(c.name, c.unit, c.cls) for c in counter.calls])
+                counter.calls.clear()
+        return runs
+
+    kernel_params.fourier_basis.cache_clear()
+    uncached = count_twice()
+    assert uncached[0] == uncached[1] and ('aten::_to_copy', 'simt', 'sync') in uncached[1], uncached[1]
+    assert sum(unit == 'cpu' for _, unit, _ in uncached[1]) >= 5
+    with gpu_cost.steady_caches():
+        first, second = count_twice()
+    assert first == uncached[0]
+    assert [name for name, _, _ in second] == ['aten::mm'], second
+    assert kernel_params.cache_or_body.__module__ == kernel_params.__name__  # restored
+    assert kernel_params.fourier_basis.cache_info().currsize == 0
