@@ -34,10 +34,10 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
 - engine ``'onnx'`` (:mod:`.engine_onnx`): the row DFT in a channels-first layout, what ``'auto'`` runs for long
   maps while ``torch.onnx.export`` traces; it takes the matmul and direct methods, never ``'fft'``.
 - ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.long_conv.dispatch.DIRECT_MAX_TAPS` taps; for fp16 / bf16
-  convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, without a backward to come
-  and in batches of at least :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`, the matmul methods (eager: the
-  Toeplitz product up to :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MAX_LENGTH`; compiled: Toeplitz, else row DFT);
-  else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`'s
+  convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, in batches of at least
+  :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`, the matmul methods (the Toeplitz product up to
+  :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MAX_LENGTH`; compiled without a backward to come: Toeplitz, else
+  row DFT); else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`'s
   comment).
 
 Precision. The FFT and direct paths compute in float32 (float64 for float64 inputs) also under autocast and for

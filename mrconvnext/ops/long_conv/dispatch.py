@@ -63,7 +63,11 @@ TOEPLITZ_MAX_LENGTH = 256
 #   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH (at small batches the Toeplitz path's host time
 #   is not hidden);
 # - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses;
-# - with a backward: torch.fft (the fold's inner convolutions run without autograd and follow the forward rule).
+# - with a backward: the Toeplitz product up to TOEPLITZ_MAX_LENGTH (eager and compiled), torch.fft beyond. Chosen by
+#   the cost model (`python scripts/gpu_cost.py --train --kwargs '{"combine": "scale"}' --method mixed`, docs/gpu/
+#   cost-model.md), not yet measured on a GPU: once the product's backward became its own vjp (no scatter), the
+#   modeled step of combine='scale' fell from 79.4 ms (torch.fft everywhere) to 71.0 ms on the H200. The profiled
+#   steps of 2026-11-26 that chose torch.fft ran autograd through the Toeplitz gather (an accumulating index_put).
 # The batch crossover lies between the batches measured (32: torch.fft faster; 128: Toeplitz; 64 not measured).
 # Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64
@@ -163,9 +167,9 @@ def long_conv_plan(
     at most ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast
     FFT), the row DFT on the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`, a layout CPU runtimes transpose fast).
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
-    ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA, without a backward and in a batch of at least
-    ``TOEPLITZ_MIN_BATCH``, the matmul methods (tensor-core GEMMs): under ``torch.compile`` those of
-    :func:`matmul_method`, in eager the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
+    ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA in a batch of at least ``TOEPLITZ_MIN_BATCH``, the
+    matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
+    otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
     ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
     ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
     conditions hold for every size the graph serves (a symbolic batch takes ``'fft'``): the choice adds no
@@ -207,8 +211,8 @@ def long_conv_plan(
             return _planned('direct', 'torch', engine, device_type)
         half_cuda = device_type == 'cuda' and dtype in (torch.float16, torch.bfloat16)
         large = batch is not None and known_true(batch >= TOEPLITZ_MIN_BATCH)
-        if engine in ('auto', 'torch') and half_cuda and large and not grad:
-            if torch.compiler.is_compiling():  # inductor fuses the layout copies around the GEMMs
+        if engine in ('auto', 'torch') and half_cuda and large:
+            if torch.compiler.is_compiling() and not grad:  # inductor fuses the layout copies around the GEMMs
                 if isinstance(length, int):  # the matmul methods specialize on the length: a symbolic one takes fft
                     return _planned(matmul_method(length), 'torch', engine, device_type)
             elif known_true(length <= TOEPLITZ_MAX_LENGTH):

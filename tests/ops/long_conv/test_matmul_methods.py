@@ -145,7 +145,9 @@ def test_auto_takes_the_toeplitz_product_for_short_half_cuda_convolutions_in_lar
         assert engines.resolve('long_conv1d', 'cuda', dtype, length=49, taps=97, batch=128) == ('toeplitz', 'torch')
         assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big - 1) == ('fft', 'torch')
         assert engines.resolve('long_conv1d', 'cuda', dtype, length=196) == ('fft', 'torch')  # batch not known
-        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big, grad=True) == ('fft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big, grad=True) == ('toeplitz', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=short + 1, batch=big, grad=True) == ('fft', 'torch')
+        assert engines.resolve('long_conv1d', 'cuda', dtype, length=196, batch=big - 1, grad=True) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cuda', torch.float32, length=196, batch=128) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', torch.bfloat16)[0] == 'fft'  # the CPU is unchanged
     assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=7) == ('direct', 'torch')
@@ -155,11 +157,13 @@ def test_auto_takes_the_toeplitz_product_for_short_half_cuda_convolutions_in_lar
 
 def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches():
     """Traced by dynamo (``torch.compiler.is_compiling()``), the choice for large batches without a backward is the
-    matmul methods' (inductor fuses their layout copies); small batches and backwards keep torch.fft."""
+    matmul methods' (inductor fuses their layout copies); small batches keep torch.fft, and backwards follow the
+    eager rule (Toeplitz for short maps, torch.fft for long ones)."""
     choices = []
 
     def f(x):
-        for length, batch, grad in ((3136, 128, False), (196, 128, False), (3136, 8, False), (3136, 128, True)):
+        cases = ((3136, 128, False), (196, 128, False), (3136, 8, False), (3136, 128, True), (196, 128, True))
+        for length, batch, grad in cases:
             choices.append(
                 engines.resolve('long_conv1d', 'cuda', torch.bfloat16, length=length, batch=batch, grad=grad)
             )
@@ -167,7 +171,13 @@ def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches
 
     torch._dynamo.reset()
     torch.compile(f, backend='eager', fullgraph=True)(torch.zeros(2))
-    assert choices == [('rowdft', 'torch'), ('toeplitz', 'torch'), ('fft', 'torch'), ('fft', 'torch')]
+    assert choices == [
+        ('rowdft', 'torch'),
+        ('toeplitz', 'torch'),
+        ('fft', 'torch'),
+        ('fft', 'torch'),
+        ('toeplitz', 'torch'),
+    ]
 
     def g(x):  # sizes traced symbolically: neither the batch nor the length is known, torch.fft with no guard
         choices.append(engines.resolve('long_conv1d', 'cuda', torch.bfloat16, length=x.shape[1], batch=x.shape[0]))
@@ -180,18 +190,25 @@ def test_under_compile_auto_takes_the_matmul_methods_for_large_inference_batches
     assert choices == [('fft', 'torch')]
 
 
-def test_long_conv1d_tells_the_choice_whether_a_backward_follows():
-    """Fake CUDA tensors, bf16, a stage-3 map in a batch of TOEPLITZ_MIN_BATCH: the Toeplitz product without autograd, torch.fft
-    (the package's FFT operator) when the input requires a gradient."""
-    B, C, L = long_conv_dispatch.TOEPLITZ_MIN_BATCH, 16, 196
-    for requires_grad, expected in ((False, 'aten.bmm.default'), (True, 'mrconvnext.fft_conv.default')):
+def test_long_conv1d_tells_the_choice_whether_a_backward_follows(monkeypatch):
+    """Fake CUDA tensors, bf16, a stage-3 map in a batch of TOEPLITZ_MIN_BATCH: the Toeplitz product with and without
+    autograd in eager; traced by dynamo, a stage-1 map takes the row DFT without autograd and torch.fft (the package's
+    FFT operator) when the input requires a gradient."""
+    B, C = long_conv_dispatch.TOEPLITZ_MIN_BATCH, 16
+    for L, compiling, requires_grad, expected in (
+        (196, False, False, 'aten.bmm.default'),
+        (196, False, True, 'aten.bmm.default'),
+        (3136, True, False, 'aten.bmm.default'),
+        (3136, True, True, 'mrconvnext.fft_conv.default'),
+    ):
+        monkeypatch.setattr(torch.compiler, 'is_compiling', lambda compiling=compiling: compiling)
         rec = _Record()
         with FakeTensorMode():
             x = torch.randn(B, C, L, device='cuda', dtype=torch.bfloat16, requires_grad=requires_grad)
             k = torch.randn(C, 2 * L - 1, device='cuda', dtype=torch.bfloat16)
             with rec:
                 long_conv1d(x, k, zero_lag=L - 1)
-        assert expected in rec.ops, sorted(rec.ops)
+        assert expected in rec.ops and ('fft' in expected) == any('fft' in op for op in rec.ops), (L, sorted(rec.ops))
 
 
 @pytest.mark.parametrize('method', METHODS)
@@ -276,6 +293,23 @@ def test_compile_export_onnx_and_meta(method, tmp_path):
     with torch.device('meta'):
         meta = MRConv2d(8, (6, 5), kernel_type='fourier', method=method)
     assert meta(torch.empty(2, 8, 6, 5, device='meta')).shape == (2, 8, 6, 5)
+
+
+@pytest.mark.parametrize('method', METHODS)
+def test_compiled_training_on_the_matmul_methods_gives_eager_s_gradients(method):
+    """The matmul methods' own backward (an autograd.Function) compiles with fullgraph=True: a training layer's
+    output and the gradients of its input and parameters equal eager's (float32 rounding: 1e-5)."""
+    torch.manual_seed(0)
+    layer = MRConv2d(8, (6, 5), kernel_type='fourier', method=method, combine='scale').train()
+    x = torch.randn(2, 8, 6, 5, requires_grad=True)
+    ref = layer(x)
+    g = torch.randn_like(ref)
+    want = torch.autograd.grad(ref, [x, *layer.parameters()], g)
+    torch._dynamo.reset()
+    out = torch.compile(layer, fullgraph=True)(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for a, b in zip(torch.autograd.grad(out, [x, *layer.parameters()], g), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('method', METHODS)
