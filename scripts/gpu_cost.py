@@ -30,6 +30,9 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
   run on fake CUDA tensors without a GPU (it asks the CUDA driver for a primary context).
 - peak memory: the bytes of the storages alive at once (parameters, input, activations, gradients), counted as the
   fake tensors are created and freed.
+- caches: the package's tensors that depend on sizes alone (Fourier bases, tap indices) are found in its caches
+  after a GPU run's first call; under a fake tensor mode the package bypasses them, so a cache private to the count
+  stands in (:func:`steady_caches`): the uncounted first forward fills it, the counted runs find it.
 
 Time: each op's device time is its roofline time, ``max(bytes / bandwidth, FLOPs / rate of its unit)``, over its
 class's efficiency, plus its class's latency (:func:`device_time`). Classes (``OP_CLASSES``, by what a profile can
@@ -699,7 +702,8 @@ def count_step(
 
     name, _, variant = spec.partition(':')
     extra = {'deploy': True} if variant == 'reparam' else {}
-    with steady_caches(), torch.device('meta'):  # shapes only: a fake-tensor build cannot run timm's data-dependent init
+    # shapes only: a fake-tensor build cannot run timm's data-dependent init
+    with steady_caches(), torch.device('meta'):
         model = timm.create_model(name, pretrained=False, **extra, **(kwargs or {}))
     set_method(model, method)
     with steady_caches(), FakeTensorMode():
@@ -1152,7 +1156,9 @@ and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
   Python measured here). On the H200 host the Toeplitz
   path at batch 8 took about 13 ms per step more than its ops' host time (call 2), which the Python measured here
   does not show;
-- **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels.
+- **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels;
+- **first calls**: the counted runs find the package's size-only caches (Fourier bases, tap indices) filled, as a
+  GPU's later calls do; what a first call costs (building them on the host, copying them over) is not counted.
 
 Trust it only where a row's predicted ratio fell within 20 % of the measured one in `cost-model-calibration.md`
 (the misses are in bold there), and read a predicted change as a direction and an order of magnitude, confirmed on
