@@ -297,8 +297,9 @@ def test_compile_export_onnx_and_meta(method, tmp_path):
 
 @pytest.mark.parametrize('method', METHODS)
 def test_compiled_training_on_the_matmul_methods_gives_eager_s_gradients(method):
-    """The matmul methods' own backward (an autograd.Function) compiles with fullgraph=True: a training layer's
-    output and the gradients of its input and parameters equal eager's (float32 rounding: 1e-5)."""
+    """The matmul methods' own backward (an autograd.Function) traces with fullgraph=True through dynamo and AOT
+    autograd (``aot_eager``: the joint graph inductor would compile, without its code generation): a training
+    layer's output and the gradients of its input and parameters equal eager's (float32 rounding: 1e-5)."""
     torch.manual_seed(0)
     layer = MRConv2d(8, (6, 5), kernel_type='fourier', method=method, combine='scale').train()
     x = torch.randn(2, 8, 6, 5, requires_grad=True)
@@ -306,7 +307,7 @@ def test_compiled_training_on_the_matmul_methods_gives_eager_s_gradients(method)
     g = torch.randn_like(ref)
     want = torch.autograd.grad(ref, [x, *layer.parameters()], g)
     torch._dynamo.reset()
-    out = torch.compile(layer, fullgraph=True)(x)
+    out = torch.compile(layer, fullgraph=True, backend='aot_eager')(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for a, b in zip(torch.autograd.grad(out, [x, *layer.parameters()], g), want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
