@@ -1160,6 +1160,12 @@ and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
 - **first calls**: the counted runs find the package's size-only caches (Fourier bases, tap indices) filled, as a
   GPU's later calls do; what a first call costs (building them on the host, copying them over) is not counted.
 
+The Python measured here varies between counts of the same code: convnext_tiny's batch-1 forward counted three times
+in a row on an idle machine gave 9.6, 2.3 and 6.0 ms of Python (the dispatch baseline subtracted from each op is
+15-30 µs, larger than the Python between most ops). Host-bound rows (batch 1, and steps where the host is near the
+device) move with it; the tables give the device time beside the modeled time, and a change to the kernels is read
+by the device time.
+
 Trust it only where a row's predicted ratio fell within 20 % of the measured one in `cost-model-calibration.md`
 (the misses are in bold there), and read a predicted change as a direction and an order of magnitude, confirmed on
 a GPU before it is believed.
@@ -1351,6 +1357,13 @@ MRCONV_ROWS = [  # (label, spec, mode, batch, model kwargs): issue 40's targets
 ]
 
 
+def device_total(step: StepCost, gpu: str = 'h100') -> float:
+    """Seconds the device is busy in a counted run: the sum of its calls' device times, no host. Unlike the modeled
+    time it does not depend on the Python measured here, which varies between counts of the same code (up to 4x for
+    convnext_tiny's batch-1 forward on this machine), so it is what a change to the kernels is read by."""
+    return sum(device_time(c, gpu) for c in step.calls)
+
+
 def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
     """MRConvNeXt-T's rows of issue 40 (time ratios to convnext_tiny, peak training memory), counted on this
     checkout and, with ``before``, on that checkout of an earlier commit."""
@@ -1359,21 +1372,22 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
         rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=before)
         codes.append((f'{rev.stdout.strip() or before} (`--before`)', before))
     lines = [
-        '| row | code | ms | time ratio | peak MiB | memory ratio | launches | GB |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- |',
+        '| row | code | ms | time ratio | device ms | device ratio | peak MiB | memory ratio | launches | GB |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ]
     for label, spec, mode, batch, kwargs in MRCONV_ROWS:
         for name, code in codes:
             rounds = HOST_BOUND_ROUNDS if batch == 1 else 1
             steps = [count_in_process(spec, mode, batch, 224, 'auto', kwargs, code=code) for _ in range(rounds)]
             step = min(steps, key=lambda s: model_time(s, gpu))
-            t = model_time(step, gpu)
-            ref = base['eval1' if batch == 1 else 'eval128' if mode == 'eval' else 'train']
+            t, dev = model_time(step, gpu), device_total(step, gpu)
+            key = 'eval1' if batch == 1 else 'eval128' if mode == 'eval' else 'train'
+            ref, ref_dev = base[key], base[f'{key}_device']
             peak = (
                 f'{step.peak_bytes / 2**20:.0f} | {step.peak_bytes / base["peak"]:.2f}' if mode == 'train' else '- | -'
             )
-            lines.append(f'| {label} | {name} | {t * 1e3:.1f} | {t / ref:.2f} | {peak} | {step.launches} | '
-                         f'{step.bytes / 1e9:.1f} |')  # fmt: skip
+            lines.append(f'| {label} | {name} | {t * 1e3:.1f} | {t / ref:.2f} | {dev * 1e3:.1f} | {dev / ref_dev:.2f} | '
+                         f'{peak} | {step.launches} | {step.bytes / 1e9:.1f} |')  # fmt: skip
     return lines
 
 
@@ -1384,12 +1398,11 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     header = _header(command + (f' --before {before}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
     one = count_all(FAMILIES_T, 1, 224, modes=('eval',), rounds=HOST_BOUND_ROUNDS, gpu=gpu)
-    base = {
-        'eval128': model_time(big['convnext_tiny', 'eval'], gpu),
-        'eval1': model_time(one['convnext_tiny', 'eval'], gpu),
-        'train': model_time(big['convnext_tiny', 'train'], gpu),
-        'peak': big['convnext_tiny', 'train'].peak_bytes,
-    }
+    steps = {'eval128': big['convnext_tiny', 'eval'], 'eval1': one['convnext_tiny', 'eval'],
+             'train': big['convnext_tiny', 'train']}  # fmt: skip
+    base = {key: model_time(step, gpu) for key, step in steps.items()}
+    base |= {f'{key}_device': device_total(step, gpu) for key, step in steps.items()}
+    base['peak'] = big['convnext_tiny', 'train'].peak_bytes
     lines = ["# Predicted GPU cost of every family's T model (the cost model, no GPU)", '']
     lines += header
     lines += [
@@ -1398,8 +1411,8 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
         'for the training step and memory ratio (lower is better), all against convnext_tiny.',
         '',
         '| model | eval b128 ms | eval ratio | eval b1 ms | b1 ratio | train step ms | step ratio | '
-        'train peak MiB | memory ratio | launches (train) | GB moved (train) |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+        'train device ms | device ratio | train peak MiB | memory ratio | launches (train) | GB moved (train) |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ]
     for spec in FAMILIES_T:
         e128, e1 = model_time(big[spec, 'eval'], gpu), model_time(one[spec, 'eval'], gpu)
@@ -1408,6 +1421,8 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
         cells = [
             spec, f'{e128 * 1e3:.1f}', f'{base["eval128"] / e128:.2f}', f'{e1 * 1e3:.2f}', f'{base["eval1"] / e1:.2f}',
             _fmt(t * 1e3 if t else None, '.1f'), _fmt(t / base['train'] if t else None),
+            _fmt(device_total(train, gpu) * 1e3 if train else None, '.1f'),
+            _fmt(device_total(train, gpu) / base['train_device'] if train else None),
             _fmt(train.peak_bytes / 2**20 if train else None, '.0f'),
             _fmt(train.peak_bytes / base['peak'] if train else None), _fmt(train.launches if train else None, 'd'),
             _fmt(train.bytes / 1e9 if train else None, '.0f'),

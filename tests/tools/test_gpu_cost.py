@@ -526,3 +526,38 @@ def test_size_only_caches_are_counted_as_a_gpu_s_later_calls_find_them():
     assert [name for name, _, _ in second] == ['aten::mm'], second
     assert kernel_params.cache_or_body.__module__ == kernel_params.__name__  # restored
     assert kernel_params.fourier_basis.cache_info().currsize == 0
+
+
+def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monkeypatch, tmp_path):
+    """--table's rows, on stand-in counts (one large kernel behind a lot of host Python for every model but
+    convnext_tiny): every row has as many cells as its header, the device time is the sum of the calls' device times
+    and its ratio is taken against convnext_tiny's device time, while the modeled time also holds the host's."""
+    gpu_cost._load_constants()
+
+    def fake_count(spec, mode, batch, img_size=224, method='auto', kwargs=None, code=None):
+        host = 0.0 if spec == 'convnext_tiny' else 0.05
+        calls = [gpu_cost.Call('aten::mm', 2**30, 2**30, 10**12, 'tensor', '', host)]
+        return gpu_cost.StepCost(spec, mode, batch, calls, 2**30 if spec == 'convnext_tiny' else 2**31)
+
+    monkeypatch.setattr(gpu_cost, 'count_in_process', fake_count)
+    out = tmp_path / 'table.md'
+    gpu_cost.predicted_table(out, 'h100')
+    step = fake_count('x', 'train', 128)
+    device = gpu_cost.device_total(step, 'h100')
+    assert device == pytest.approx(gpu_cost.device_time(step.calls[0], 'h100'))
+    assert gpu_cost.model_time(step, 'h100') > device
+    rows = [line for line in out.read_text().splitlines() if line.startswith('|')]
+    tables = {}
+    for line in rows:
+        cells = [c.strip() for c in line.strip('|').split('|')]
+        if cells[0] in ('model', 'row'):
+            header = cells
+            tables[cells[0]] = []
+        elif not cells[0].startswith('---'):
+            assert len(cells) == len(header), line
+            tables[header[0]].append(dict(zip(header, cells, strict=True)))
+    mr = {r['model']: r for r in tables['model']}['mrconvnext_t']
+    assert float(mr['train device ms']) == pytest.approx(device * 1e3, abs=0.05)
+    assert mr['device ratio'] == '1.00' and float(mr['step ratio']) > 1.0 and mr['memory ratio'] == '2.00'
+    scale = [r for r in tables['row'] if r['row'] == "training step, combine='scale'"]
+    assert len(scale) == 1 and scale[0]['device ratio'] == '1.00' and float(scale[0]['time ratio']) > 1.0
