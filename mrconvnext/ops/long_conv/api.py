@@ -116,19 +116,27 @@ class _MatmulConv(torch.autograd.Function):
     """A matmul method (``'toeplitz'`` / ``'rowdft'``) whose backward is its own vjp: autograd through the products
     would take the Toeplitz matrices' gather back by an accumulating ``index_put`` over every entry (on a GPU it
     serializes on atomics), and save the matrices. Saved: ``x`` and the kernels; the products of the backward run
-    in the forward's dtypes (a backward runs outside autocast)."""
+    in the forward's dtypes (a backward runs outside autocast). ``setup_context`` and a generated vmap rule keep it
+    usable under ``torch.func`` transforms, as the plain products were."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str) -> torch.Tensor:
+    def forward(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, method: str) -> torch.Tensor:
+        return _MATMUL[method](x, kernel, zero_lag)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, kernel, zero_lag, method = inputs
         ctx.save_for_backward(x, kernel)
         ctx.zero_lag, ctx.method, ctx.dtypes = zero_lag, method, engine_torch.matmul_dtypes(x)
-        return _MATMUL[method](x, kernel, zero_lag)
 
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
         x, kernel = ctx.saved_tensors
         grad_x, grad_k = _MATMUL_VJP[ctx.method](grad_y, x, kernel, ctx.zero_lag, ctx.dtypes)
-        return grad_x, grad_k, None, None
+        need_x, need_k = ctx.needs_input_grad[:2]
+        return (grad_x if need_x else None), (grad_k if need_k else None), None, None
 
 
 def long_conv1d(

@@ -58,16 +58,18 @@ TOEPLITZ_MAX_LENGTH = 256
 
 
 # What 'auto' runs for half-precision CUDA convolutions, chosen on an H200 by `scripts/gpu_profile.py` (bf16
-# autocast, channels-last, mrconvnext_t; every choice's step times are in docs/gpu/h200_2026-11-26b/README.md):
+# autocast, channels-last, mrconvnext_t; every choice's step times are in docs/gpu/h200_2026-11-26b/README.md), but
+# for the backward rule, which the cost model chose:
 # - eager forward without a backward: torch.fft (cuFFT, float32), but the Toeplitz product for sequences up to
 #   TOEPLITZ_MAX_LENGTH in batches of at least TOEPLITZ_MIN_BATCH (at small batches the Toeplitz path's host time
 #   is not hidden);
-# - under torch.compile (same conditions): the matmul methods, whose layout copies inductor fuses;
+# - under torch.compile without a backward (same conditions): the matmul methods, whose layout copies inductor fuses;
 # - with a backward: the Toeplitz product up to TOEPLITZ_MAX_LENGTH (eager and compiled), torch.fft beyond. Chosen by
-#   the cost model (`python scripts/gpu_cost.py --train --kwargs '{"combine": "scale"}' --method mixed`, docs/gpu/
-#   cost-model.md), not yet measured on a GPU: once the product's backward became its own vjp (no scatter), the
-#   modeled step of combine='scale' fell from 79.4 ms (torch.fft everywhere) to 71.0 ms on the H200. The profiled
-#   steps of 2026-11-26 that chose torch.fft ran autograd through the Toeplitz gather (an accumulating index_put).
+#   the cost model (`python scripts/gpu_cost.py --table docs/gpu/cost-model.md --before DIR`), not yet measured on
+#   a GPU: once the product's backward became its own vjp (no scatter), the modeled device time of combine='scale''s
+#   training step fell from 104.5 ms (torch.fft everywhere) to 91.4 ms on the H100 (convnext_tiny: 58.0), the
+#   branched step's stayed (385 ms). The profiled steps of 2026-11-26 that chose torch.fft ran autograd through the
+#   Toeplitz gather (an accumulating index_put).
 # The batch crossover lies between the batches measured (32: torch.fft faster; 128: Toeplitz; 64 not measured).
 # Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64

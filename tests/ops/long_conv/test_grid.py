@@ -83,7 +83,8 @@ def test_the_toeplitz_matrix_vjp_equals_autograd_through_its_gather(L, K, zero_l
 
 
 @pytest.mark.parametrize(
-    'P, Q, K, zero_lag', [(3, 4, 23, 11), (2, 5, 7, 0), (4, 3, 40, 30), (1, 1, 1, 0), (3, 3, 5, 4)]
+    'P, Q, K, zero_lag',
+    [(3, 4, 23, 11), (2, 5, 7, 0), (4, 3, 40, 30), (1, 1, 1, 0), (3, 3, 5, 4), (1, 2, 3, 1), (3, 1, 5, 2)],
 )
 def test_the_toeplitz_blocks_vjp_equals_autograd_through_its_gather(P, Q, K, zero_lag):
     """The blocks' diagonal sums and the 2-D kernel's overlap-add against autograd through toeplitz_blocks, float64."""
