@@ -160,7 +160,8 @@ def test_the_backward_walk_gives_autograd_s_gradients():
 
 def test_a_training_step_of_a_model_on_fake_cuda():
     """convnext_atto: a training step does about three times the forward's FLOPs (each matmul and conv has two
-    gradients; the stem's input needs none), peak memory above the eval's, and the modeled time grows with both."""
+    gradients; the stem's input needs none), peak memory above the eval's, and the device time grows with both (the
+    modeled time of so small a model is the host's, which is the Python measured here and varies between counts)."""
     pytest.importorskip('timm')
     eval_step = gpu_cost.count_step('convnext_atto', train=False, batch=4, img_size=64)
     train_step = gpu_cost.count_step('convnext_atto', train=True, batch=4, img_size=64)
@@ -168,7 +169,8 @@ def test_a_training_step_of_a_model_on_fake_cuda():
     assert 2.9 < ratio <= 3.0, ratio
     assert train_step.peak_bytes > eval_step.peak_bytes > 0
     assert train_step.launches > 2 * eval_step.launches
-    assert gpu_cost.model_time(train_step) > gpu_cost.model_time(eval_step) > 0
+    assert gpu_cost.device_total(train_step) > gpu_cost.device_total(eval_step) > 0
+    assert gpu_cost.model_time(train_step) > 0 and gpu_cost.model_time(eval_step) > 0
     assert math.isclose(gpu_cost.StepCost.from_json(train_step.to_json()).bytes, train_step.bytes)
 
 
