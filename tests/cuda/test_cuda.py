@@ -200,6 +200,27 @@ def test_long_conv1d(method, autocast):
         assert rel_err(a, b) < 1e-5, name  # float32 inputs stay float32 under autocast (the op opts out of it)
 
 
+@pytest.mark.parametrize('method, H', [('toeplitz', 14), ('toeplitz', 7), ('rowdft', 28), ('rowdft', 14)])
+@pytest.mark.parametrize('autocast', [None, torch.bfloat16, torch.float16])
+def test_long_conv1d_matmul_methods_train(method, H, autocast):
+    """The matmul methods' own backward (``long_conv.api._MatmulConv``, what ``'auto'`` trains on for short maps in
+    large half-precision batches) on cuBLAS, on a channels-last map as the models pass it: float32 <= 1e-5 (TF32
+    off); bf16 / fp16 autocast (half products, float32 accumulation) <= 2e-2."""
+    B, C, L = 4, 8, H * H
+    x = torch.randn(B, C, H, H).to(memory_format=torch.channels_last).flatten(2)
+    kernel, bias = torch.randn(C, 2 * L - 1) / (2 * L) ** 0.5, torch.randn(C)
+    ref = grads(lambda a, k: shifted_sum_conv(a, k, L - 1) + bias.double()[:, None], [x.double(), kernel.double()])
+
+    def fn(a, k):
+        with torch.autocast('cuda', dtype=autocast or torch.float32, enabled=autocast is not None):
+            return long_conv1d(a, k, bias.to(DEV), zero_lag=L - 1, method=method)
+
+    got = grads(fn, [x.to(DEV), kernel.to(DEV)])
+    assert got[0].dtype == (autocast or torch.float32)
+    for a, b, name in zip(got, ref, ('y', 'dx', 'dkernel')):
+        assert rel_err(a, b) < (1e-5 if autocast is None else 2e-2), name
+
+
 def test_light_and_dynamic_conv():
     B, C, H, L, K = 2, 12, 3, 300, 7
     x = torch.randn(B, C, L)
