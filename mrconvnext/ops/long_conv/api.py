@@ -134,9 +134,9 @@ class _MatmulConv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
         x, kernel = ctx.saved_tensors
-        grad_x, grad_k = _MATMUL_VJP[ctx.method](grad_y, x, kernel, ctx.zero_lag, ctx.dtypes)
         need_x, need_k = ctx.needs_input_grad[:2]
-        return (grad_x if need_x else None), (grad_k if need_k else None), None, None
+        grad_x, grad_k = _MATMUL_VJP[ctx.method](grad_y, x, kernel, ctx.zero_lag, ctx.dtypes, need_x, need_k)
+        return grad_x, grad_k, None, None
 
 
 def long_conv1d(
@@ -246,15 +246,18 @@ def long_conv1d_vjp(
     *,
     method: str = 'auto',
     engine: str = 'auto',
-) -> tuple[torch.Tensor, torch.Tensor]:
+    need_x: bool = True,
+    need_kernel: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_kernel)`` of :func:`long_conv1d` (no bias) for the output gradient ``grad_y``, callable where
     autograd is not (inside an operator, under any dispatch mode). Each method's own backward: the FFT operators'
     (the native kernels on the CPU), grouped convolution's, and the matmul methods' products taken back in turn
     (:func:`.engine_torch.toeplitz_conv_vjp`, :func:`.engine_torch.rowdft_conv_vjp`); flashfftconv, which has no
     backward here, is replaced by the torch.fft engine. Shapes and dtypes as ``x`` and ``kernel`` (shared filters'
-    gradients summed over their channels)."""
+    gradients summed over their channels); a gradient not asked for (``need_x``, ``need_kernel``) is not computed
+    and comes back as None."""
     plan, amp, compute = _plan(x, kernel, zero_lag, method, engine, grad=True)
-    return _vjp(plan, amp, compute, grad_y, x, kernel, zero_lag)
+    return _vjp(plan, amp, compute, grad_y, x, kernel, zero_lag, need_x, need_kernel)
 
 
 def _vjp(
@@ -265,33 +268,42 @@ def _vjp(
     x: torch.Tensor,
     kernel: torch.Tensor,
     zero_lag: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    need_x: bool = True,
+    need_kernel: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """:func:`long_conv1d_vjp` as ``plan`` says (flashfftconv's plan runs the torch.fft backward)."""
+    need = (need_x, need_kernel)
     if kernel.shape[-2] != x.shape[1]:  # shared filters, as long_conv1d takes them
         M = kernel.shape[-2]
         if plan.method not in dispatch.MATMUL_METHODS:
-            grad_x, grad_k = _vjp(plan, amp, compute, grad_y, x, _per_channel(kernel, x.shape[1]), zero_lag)
-            return grad_x, grad_k.unflatten(-2, (-1, M)).sum(-3)
-        grad_x, grad_k = _vjp(plan, amp, compute, _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag)
-        return _batch_to_groups(grad_x, x.shape[0]), grad_k
+            grad_x, grad_k = _vjp(plan, amp, compute, grad_y, x, _per_channel(kernel, x.shape[1]), zero_lag, *need)
+            return grad_x, None if grad_k is None else grad_k.unflatten(-2, (-1, M)).sum(-3)
+        grad_x, grad_k = _vjp(
+            plan, amp, compute, _groups_to_batch(grad_y, M), _groups_to_batch(x, M), kernel, zero_lag, *need
+        )
+        return None if grad_x is None else _batch_to_groups(grad_x, x.shape[0]), grad_k
     L = x.shape[-1]
     stacked = kernel.dim() == 3
     k = kernel if stacked else kernel.unsqueeze(0)
     g = grad_y if stacked else grad_y.unsqueeze(1)
     if plan.method == 'fft':
         op = operators.fft_conv_backward if plan.engine == 'native' else operators.fft_conv_torch_backward
-        grad_x, grad_k = op(g.to(compute), x.to(compute), k.to(compute), zero_lag, True, True)
-        return grad_x.to(x.dtype), (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype)
+        grad_x, grad_k = op(g.to(compute), x.to(compute), k.to(compute), zero_lag, *need)  # empty: not needed
+        grad_x = grad_x.to(x.dtype) if need_x else None
+        return grad_x, (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype) if need_kernel else None
     # the other methods work on the cropped kernel (as long_conv1d does); its gradient goes back in place
     cropped, z = crop_kernel(k, zero_lag, L)
     lo = zero_lag - z
     if plan.method == 'direct':
         with autocast_off(x.device.type):
-            grad_x, grad_c = engine_torch.direct_conv1d_vjp(g.to(compute), x.to(compute), cropped.to(compute), z)
+            grad_x, grad_c = engine_torch.direct_conv1d_vjp(g.to(compute), x.to(compute), cropped.to(compute), z, *need)
     else:
         dtype = amp or (torch.float64 if compute == torch.float64 else x.dtype)
         xs = x if amp is not None else x.to(dtype)
-        grad_x, grad_c = _MATMUL_VJP[plan.method](g.to(dtype), xs, cropped.to(dtype), z)
-    grad_k = k.new_zeros(k.shape)
-    grad_k[..., lo : lo + cropped.shape[-1]] = grad_c.to(k.dtype)
-    return grad_x.to(x.dtype), grad_k if stacked else grad_k.squeeze(0)
+        grad_x, grad_c = _MATMUL_VJP[plan.method](g.to(dtype), xs, cropped.to(dtype), z, None, *need)
+    grad_k = None
+    if need_kernel:
+        grad_k = k.new_zeros(k.shape)
+        grad_k[..., lo : lo + cropped.shape[-1]] = grad_c.to(k.dtype)
+        grad_k = grad_k if stacked else grad_k.squeeze(0)
+    return None if grad_x is None else grad_x.to(x.dtype), grad_k

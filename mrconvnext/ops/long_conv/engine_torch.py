@@ -130,19 +130,27 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
 
 
 def direct_conv1d_vjp(
-    grad_y: torch.Tensor, x: torch.Tensor, kernel: torch.Tensor, zero_lag: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    grad_y: torch.Tensor,
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+    need_x: bool = True,
+    need_kernel: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_kernel)`` of :func:`direct_conv1d` for ``grad_y (B, N, C, L)`` and ``kernel (N, C, K)``,
-    by the convolution's own backward (``torch.nn.grad``), no autograd."""
+    by the convolution's own backward (``torch.nn.grad``), no autograd; None for a gradient not needed."""
     B, C, L = x.shape
     N, _, K = kernel.shape
     w = kernel.flip(-1).transpose(0, 1).reshape(C * N, 1, K)  # output channel c * N + i, as in direct_conv1d
     xp = F.pad(x, (K - 1 - zero_lag, zero_lag))
     g = grad_y.transpose(1, 2).reshape(B, C * N, L)
-    grad_w = torch.nn.grad.conv1d_weight(xp, w.shape, g, groups=C)
-    grad_xp = torch.nn.grad.conv1d_input(xp.shape, w, g, groups=C)
-    grad_k = grad_w.view(C, N, K).transpose(0, 1).flip(-1)
-    return grad_xp[..., K - 1 - zero_lag : K - 1 - zero_lag + L], grad_k
+    grad_x = grad_k = None
+    if need_kernel:
+        grad_w = torch.nn.grad.conv1d_weight(xp, w.shape, g, groups=C)
+        grad_k = grad_w.view(C, N, K).transpose(0, 1).flip(-1)
+    if need_x:
+        grad_x = torch.nn.grad.conv1d_input(xp.shape, w, g, groups=C)[..., K - 1 - zero_lag : K - 1 - zero_lag + L]
+    return grad_x, grad_k
 
 
 def matmul_dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
@@ -167,18 +175,24 @@ def toeplitz_conv_vjp(
     kernel: torch.Tensor,
     zero_lag: int,
     dtypes: tuple[torch.dtype, torch.dtype] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    need_x: bool = True,
+    need_kernel: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_kernel)`` of :func:`toeplitz_conv` for ``grad_y (B, N, C, L)``: ``T^T`` times the gradient,
-    and the gradient's outer products with ``x`` summed into the taps. ``dtypes``: the forward's ``(build,
-    product)`` dtypes (default: as the forward would choose them now; a backward runs outside autocast)."""
+    and the gradient's outer products with ``x`` summed into the taps; None for a gradient not needed. ``dtypes``:
+    the forward's ``(build, product)`` dtypes (default: as the forward would choose them now; a backward runs
+    outside autocast)."""
     build, product = dtypes or matmul_dtypes(x)
-    with autocast_off(x.device.type):
-        T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
     g = grad_y.to(product).permute(1, 2, 3, 0)  # (N, C, L, B)
-    grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1)  # (B, C, L)
-    grad_T = torch.matmul(g, x.to(product).permute(1, 0, 2))  # (N, C, L, L): sum over b of g x^T
-    grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag)
-    return grad_x.to(x.dtype), grad_k.to(kernel.dtype)
+    grad_x = grad_k = None
+    if need_x:
+        with autocast_off(x.device.type):
+            T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
+        grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1).to(x.dtype)  # (B, C, L)
+    if need_kernel:
+        grad_T = torch.matmul(g, x.to(product).permute(1, 0, 2))  # (N, C, L, L): sum over b of g x^T
+        grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag).to(kernel.dtype)
+    return grad_x, grad_k
 
 
 def rowdft_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
@@ -215,31 +229,37 @@ def rowdft_conv_vjp(
     kernel: torch.Tensor,
     zero_lag: int,
     dtypes: tuple[torch.dtype, torch.dtype] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    need_x: bool = True,
+    need_kernel: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_kernel)`` of :func:`rowdft_conv` for ``grad_y (B, N, C, L)``: its three products taken back
     in turn (the row spectra of ``x`` recomputed), then the blocks' gradient into the taps
-    (:func:`.grid.toeplitz_blocks_vjp`). ``dtypes`` as :func:`toeplitz_conv_vjp`'s."""
+    (:func:`.grid.toeplitz_blocks_vjp`); None for a gradient not needed. ``dtypes`` as
+    :func:`toeplitz_conv_vjp`'s."""
     B, C, L = x.shape
     N, _, K = kernel.shape
     P, Q = row_grid(L)
     build, product = dtypes or matmul_dtypes(x)
-    with autocast_off(x.device.type):
-        blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
-    xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
-    rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)
     dft = row_dft(Q, product, x.device)  # (2Q, Q)
-    spec = torch.bmm(dft.expand(B * P, 2 * Q, Q), rows.to(product))
-    spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0).contiguous()  # (Q * C, 2P, B)
     gp = F.pad(grad_y, (0, P * Q - L)) if P * Q > L else grad_y
     g_rows = gp.to(product).unflatten(-1, (P, Q)).permute(0, 1, 3, 4, 2).reshape(B * N * P, Q, C)
     inv_t = row_idft(Q, product, x.device).T  # (2Q, Q)
     g_out = torch.bmm(inv_t.expand(B * N * P, 2 * Q, Q), g_rows)  # (B * N * P, 2Q, C)
     g_out = g_out.view(B, N, P, 2, Q, C).permute(1, 4, 5, 2, 3, 0).reshape(N, Q * C, 2 * P, B)
-    g_blocks = torch.matmul(g_out, spec.transpose(1, 2))  # (N, Q * C, 2P, 2P), summed over the batch
-    g_spec = torch.matmul(blocks.transpose(-1, -2), g_out).sum(0)  # (Q * C, 2P, B)
-    g_spec = g_spec.permute(2, 1, 0).reshape(B * P, 2 * Q, C)
-    g_rows_x = torch.bmm(dft.T.expand(B * P, Q, 2 * Q), g_spec)  # (B * P, Q, C)
-    grad_x = g_rows_x.view(B, P, Q, C).permute(0, 3, 1, 2).flatten(2)[..., :L]
-    with autocast_off(x.device.type):
-        grad_k = toeplitz_blocks_vjp(g_blocks.to(build), (N, C, K), zero_lag, P, Q)
-    return grad_x.to(x.dtype), grad_k.to(kernel.dtype)
+    grad_x = grad_k = None
+    if need_kernel:
+        xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
+        rows = xp.unflatten(-1, (P, Q)).permute(0, 2, 3, 1).reshape(B * P, Q, C)
+        spec = torch.bmm(dft.expand(B * P, 2 * Q, Q), rows.to(product))
+        spec = spec.view(B, 2 * P, Q * C).permute(2, 1, 0).contiguous()  # (Q * C, 2P, B)
+        g_blocks = torch.matmul(g_out, spec.transpose(1, 2))  # (N, Q * C, 2P, 2P), summed over the batch
+        with autocast_off(x.device.type):
+            grad_k = toeplitz_blocks_vjp(g_blocks.to(build), (N, C, K), zero_lag, P, Q).to(kernel.dtype)
+    if need_x:
+        with autocast_off(x.device.type):
+            blocks = toeplitz_blocks(kernel.to(build), zero_lag, P, Q, product)  # (N, Q * C, 2P, 2P)
+        g_spec = torch.matmul(blocks.transpose(-1, -2), g_out).sum(0)  # (Q * C, 2P, B)
+        g_spec = g_spec.permute(2, 1, 0).reshape(B * P, 2 * Q, C)
+        g_rows_x = torch.bmm(dft.T.expand(B * P, Q, 2 * Q), g_spec)  # (B * P, Q, C)
+        grad_x = g_rows_x.view(B, P, Q, C).permute(0, 3, 1, 2).flatten(2)[..., :L].to(x.dtype)
+    return grad_x, grad_k

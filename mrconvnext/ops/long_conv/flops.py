@@ -139,12 +139,14 @@ def conv_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag:
     return 2.0 * (B * P * 2 * Q * Q * C + N * Q * C * (2 * P) ** 2 * B + B * N * P * Q * 2 * Q * C)
 
 
-def conv_vjp_flops(method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int) -> float:
-    """Flops of ``long_conv1d_vjp`` (input and kernel gradients): the FFT operators' backward, else two products the
-    size of the forward's."""
+def conv_vjp_flops(
+    method: str, B: int, N: int, C: int, L: int, taps: int, zero_lag: int, need_x: bool = True, need_k: bool = True
+) -> float:
+    """Flops of ``long_conv1d_vjp`` (the input and kernel gradients asked for): the FFT operators' backward, else a
+    product the size of the forward's per gradient."""
     if method == 'fft':
-        return _bwd(B, N, C, _cropped_size(L, taps, zero_lag), True, True)
-    return 2 * conv_flops(method, B, N, C, L, taps, zero_lag)
+        return _bwd(B, N, C, _cropped_size(L, taps, zero_lag), need_x, need_k)
+    return (need_x + need_k) * conv_flops(method, B, N, C, L, taps, zero_lag)
 
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv, get_raw=True)
@@ -170,4 +172,7 @@ def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> i
     conv = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
     mv = _method(x, L, K, zero_lag, method, engine, grad=True)  # long_conv1d_vjp chooses as for a backward
     Bv, Cv = _branch_batch(mv, B, C, M)
-    return round(2 * conv + conv_vjp_flops(mv, Bv, N, Cv, L, K, zero_lag) + 8 * B * N * C * L)
+    vjp = conv_vjp_flops(mv, Bv, N, Cv, L, K, zero_lag)
+    # the statistics' gradient: one kernel gradient of a (C, K) convolution and its products with the N kernels
+    stats = conv_vjp_flops(mv, B, 1, C, L, K, zero_lag, need_x=False) + 2 * N * C * K + 2 * N * C * L
+    return round(conv + vjp + stats + 5 * B * N * C * L + 2 * B * C * L)

@@ -11,14 +11,16 @@ statistics over the ``M = B L`` values of a channel (``mean_i``, biased ``var_i`
   ones-response ``r_i[s] = sum_{0 <= t < L} k_i[zero_lag + t - s]`` (a window sum of the taps).
 * ``var_i`` is the centred sum ``sum (z_i - mean_i)^2 / M`` over batch chunks of the branch outputs (bounded
   memory, the mean known first: no ``E[z^2] - E[z]^2`` cancellation): squares and sums of each sequence in float32
-  (float64 for float64 inputs), those sums accumulated in float64 (:func:`_sums`).
+  (float64 for float64 inputs), those sums accumulated in float64 (:func:`_square_sums`).
 * The output is one convolution with the merged kernel of the centred input, plus ``center * T_merged 1 + c`` (the
   constant and the centre's response, in float64).
 * Backward (``g = dL/dy``, ``G0 = sum g``, ``P_i = sum g (z_i - mean_i) s_i``):
   ``dbias_i = alpha_i G0``, ``dweight_i = alpha_i P_i``, ``dalpha_i = weight_i P_i + bias_i G0``, and
   ``dz_i = a_i (g - G0 / M) - (a_i P_i s_i / M)(z_i - mean_i)`` pushed through each branch's convolution for ``dx``
   and ``dk_i`` by :func:`~mrconvnext.ops.long_conv.long_conv1d_vjp`, batch chunk by batch chunk with the ``z_i``
-  recomputed; ``P_i`` comes first, from a pass that recomputes them once more.
+  recomputed. ``P_i`` comes first, without any ``z_i``: ``sum g (z_i - mean_i) = <k_i, Q> + <sum_b g, offset_i>``
+  with ``Q`` the kernel gradient of one convolution of the centred input for the output gradient ``g``
+  (:func:`_gradient_products`).
 
 Saved for the backward: ``x``, the kernels, the affine parameters and the statistics.
 
@@ -99,10 +101,6 @@ def _acc(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _wide(t: torch.Tensor) -> torch.Tensor:
-    return t.to(_acc(t))
-
-
 def _sums(t: torch.Tensor) -> torch.Tensor:
     """``t (b, N, C, L)`` summed over its batch and positions into ``(N, C)`` float64: each sequence summed in float32
     (float64 for float64 ``t``; L values, as precise as a float32 BatchNorm's own sums), those sums over the batch in
@@ -110,11 +108,35 @@ def _sums(t: torch.Tensor) -> torch.Tensor:
     return t.sum(-1, dtype=_acc(t)).double().sum(0)
 
 
+def _square_sums(t: torch.Tensor) -> torch.Tensor:
+    """:func:`_sums` of ``t``'s squares, in one pass over ``t``: each sequence's squares summed in float32 (float64
+    for float64 ``t``) as its norm, whose square rounds once more."""
+    return torch.linalg.vector_norm(t, dim=-1, dtype=_acc(t)).square().double().sum(0)
+
+
 def _centred_branches(x, kernels, zero_lag, center, offset, method, engine):
     """``(x - center, z - mean)`` for a batch chunk ``x``: the centred input and ``conv(x - center, k_i) + offset_i =
     z_i - mean_i`` ``(b, N, C, L)``."""
     xc = x - center.to(x.dtype).view(1, -1, 1)
     return xc, long_conv1d(xc, kernels, zero_lag=zero_lag, method=method, engine=engine) + offset.to(x.dtype)
+
+
+def _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine) -> torch.Tensor:
+    """``sum g (z_i - mean_i)`` over this process's batch and positions, ``(N, C)`` float64, without forming a
+    branch output: with ``z_i - mean_i = conv(x - center, k_i) + offset_i``, the sum is ``<k_i, Q> + <sum_b g,
+    offset_i>`` where ``Q (C, K)``, the correlation of ``g`` with ``x - center`` at every lag summed over the batch,
+    is the kernel gradient of one convolution (:func:`~mrconvnext.ops.long_conv.long_conv1d_vjp`, on the method of
+    the branch convolutions, as precise as their kernel gradients). One such gradient costs less than the ``N``
+    branch outputs it replaces."""
+    B, C, L = x.shape
+    per_channel = _per_channel(kernels, C)
+    dummy = per_channel[0].to(_acc(x))  # (C, K): its values go unused; its dtype keeps Q in float32
+    Q = torch.zeros(dummy.shape, dtype=torch.float64, device=x.device)
+    for bs in _chunks(B, kernels.shape[0] * C * L):  # memory bounded as in the branch passes
+        xc = x[bs] - center.to(x.dtype).view(1, -1, 1)
+        Q += long_conv1d_vjp(g[bs], xc, dummy, zero_lag, method=method, engine=engine, need_x=False)[1].double()
+    g_sum = g.sum(0, dtype=_acc(g)).double()  # (C, L)
+    return (per_channel.double() * Q).sum(-1) + (offset * g_sum).sum(-1)
 
 
 def _reached_sums(D: torch.Tensor, zero_lag: int, taps: int) -> torch.Tensor:
@@ -148,7 +170,7 @@ def folded_bn_conv_forward(
         sq = torch.zeros(N, C, dtype=torch.float64, device=x.device)
         for bs in _chunks(B, N * C * L):
             _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
-            sq += _sums(_wide(d).square())
+            sq += _square_sums(d)
         var = _summed(sq, sync) / M
         a, c = _fold(weight, bias, alpha, mean, var, eps)
         merged = (a.to(kernels.dtype).unsqueeze(-1) * _per_channel(kernels, C)).sum(0)
@@ -195,7 +217,7 @@ def folded_bn_conv_backward(
     sync: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(grad_x, grad_kernels, grad_weight, grad_bias, grad_alpha)`` of :func:`folded_bn_conv_forward` for the output
-    gradient ``g`` (module docstring); the branch outputs are recomputed chunk by chunk, twice."""
+    gradient ``g`` (module docstring); the branch outputs are recomputed chunk by chunk, once."""
     B, C, L = x.shape
     N = kernels.shape[0]
     with autocast_off(x.device.type):
@@ -204,21 +226,18 @@ def folded_bn_conv_backward(
             s = (var + eps).rsqrt()
             a, _ = _fold(weight, bias, alpha, mean, var, eps)
             G0_local = _sums(g.unsqueeze(1))[0]  # (C,)
-            gz = torch.zeros(N, C, dtype=torch.float64, device=x.device)  # sum g (z_i - mean_i)
-            for bs in _chunks(B, N * C * L):
-                _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
-                gz += _sums(_wide(d) * _wide(g[bs]).unsqueeze(1))
-            gz_local, G0 = gz, _summed(G0_local, sync)
-            P = s * _summed(gz, sync)  # sum g * zhat_i (over all processes: the statistics' gradient)
+            gz_local = _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine)
+            G0 = _summed(G0_local, sync)
+            P = s * _summed(gz_local, sync)  # sum g * zhat_i (over all processes: the statistics' gradient)
             coef = (a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1)
-            gbar = (G0 / M).to(x.dtype).view(1, 1, C, 1)
+            gbar = (G0 / M).to(x.dtype).view(1, C, 1)
             a_x = a.to(x.dtype).unsqueeze(-1)
         grad_x = torch.empty_like(x)
         grad_k = torch.zeros_like(kernels)
         dz_sum = torch.zeros(N, C, L, dtype=torch.float64, device=x.device)
         for bs in _chunks(B, N * C * L):
             xs, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
-            dz = a_x * (g[bs].unsqueeze(1) - gbar) - coef * d
+            dz = torch.addcmul(a_x * (g[bs] - gbar).unsqueeze(1), coef, d, value=-1)
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk

@@ -436,6 +436,10 @@ def test_shared_filters_equal_a_loop_of_depthwise_convs(method, engine, stacked,
                              engine=engine)  # fmt: skip
     torch.testing.assert_close(gx, want[0], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(gk, want[1] if stacked else want[1][0], rtol=1e-10, atol=1e-10)
+    none, gk = long_conv1d_vjp(g, x.detach(), k.detach() if stacked else k.detach()[0], zero_lag, method=method,
+                               engine=engine, need_x=False)  # fmt: skip
+    assert none is None
+    torch.testing.assert_close(gk, want[1] if stacked else want[1][0], rtol=1e-10, atol=1e-10)
 
 
 def test_shared_filters_make_the_channels_a_gemm_dimension():

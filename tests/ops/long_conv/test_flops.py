@@ -70,8 +70,10 @@ def test_branch_conv_bn_sum_counts_fft_work_norms_and_sum():
 def test_folded_bn_conv_counts_its_convolutions_by_method():
     # x (B=2, C=3, L=10), N=2 kernels of 19 taps centred at lag 9, the Toeplitz method: each convolution is a
     # 10 x 10 product per channel and batch item, 2 * N * C * L * L * B flops. Forward: the N branches once for the
-    # statistics, the merged kernel once, 4 flops per branch output; backward: the branches twice, their two
-    # gradient products, 8 per branch output.
+    # statistics, the merged kernel once, 4 flops per branch output; backward: the branches once, their two
+    # gradient products, the kernel gradient of one (C, K) convolution for the statistics' gradient (one product)
+    # and its dot products with the N kernels (2 N C K) and the offsets (2 N C L), 5 per branch output, 2 per
+    # input element.
     from mrconvnext.ops.long_conv import folded_bn_conv
 
     x = torch.randn(2, 3, 10, requires_grad=True)
@@ -82,7 +84,9 @@ def test_folded_bn_conv_counts_its_convolutions_by_method():
     fwd = counted(lambda: folded_bn_conv(x, k, 9, w, b, a, method='toeplitz'))
     assert fwd == {'mrconvnext.folded_bn_conv': 2 * per_branch + per_branch + 4 * 2 * 2 * 3 * 10}
     bwd = counted(lambda: y.backward(torch.ones_like(y)))
-    assert bwd == {'mrconvnext.folded_bn_conv_backward': 2 * 2 * per_branch + 2 * 2 * per_branch + 8 * 2 * 2 * 3 * 10}
+    stats = per_branch + 2 * 2 * 3 * 19 + 2 * 2 * 3 * 10
+    expected = 2 * per_branch + 2 * 2 * per_branch + stats + 5 * 2 * 2 * 3 * 10 + 2 * 2 * 3 * 10
+    assert bwd == {'mrconvnext.folded_bn_conv_backward': expected}
 
 
 def test_folded_bn_conv_counts_shared_filters_as_they_run():

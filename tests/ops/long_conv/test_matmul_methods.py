@@ -377,6 +377,12 @@ def test_the_vjp_without_autograd_equals_autograd(method, stacked, L, K, zero_la
         got = long_conv1d_vjp(g, x.detach(), k.detach(), zero_lag, method=method)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    # one gradient asked for: the other is None, and the one computed is the same
+    only_k = long_conv1d_vjp(g, x.detach(), k.detach(), zero_lag, method=method, need_x=False)
+    only_x = long_conv1d_vjp(g, x.detach(), k.detach(), zero_lag, method=method, need_kernel=False)
+    assert only_k[0] is None and only_x[1] is None
+    torch.testing.assert_close(only_k[1], want[1], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(only_x[0], want[0], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('method', METHODS)
