@@ -82,7 +82,7 @@ def _centering(x: torch.Tensor, kernels: torch.Tensor, zero_lag: int, sync: bool
     branch outputs are formed from a centred input, so a large input mean cancels in float64, not in the
     convolution's dtype."""
     B, C, L = x.shape
-    S = torch.cat([x.double().sum(0), x.new_full((C, 1), B, dtype=torch.float64)], dim=-1)
+    S = torch.cat([x.sum(0, dtype=torch.float64), x.new_full((C, 1), B, dtype=torch.float64)], dim=-1)
     S = _summed(S, sync)  # (C, L + 1): the batch sums and the batch size
     M = S[0, L] * L
     S = S[:, :L]
