@@ -221,6 +221,35 @@ def test_long_conv1d_matmul_methods_train(method, H, autocast):
         assert rel_err(a, b) < (1e-5 if autocast is None else 2e-2), name
 
 
+@pytest.mark.parametrize('autocast', [None, torch.bfloat16])
+@pytest.mark.parametrize('H', [7, 14])
+def test_folded_bn_conv_in_a_large_batch(autocast, H):
+    """MRConv's folded training form (``fold_bn``) at a batch where ``'auto'`` trains short maps on the Toeplitz
+    product under half autocast (torch.fft in float32): outputs, batch statistics and every gradient against the
+    naive per-branch form (convolutions, F.batch_norm, the alpha-weighted sum) in float64 on the CPU. float32 (TF32
+    off) <= 1e-4; bf16 autocast (bf16 branch convolutions, float32 statistics) <= 3e-2."""
+    from mrconvnext.ops.long_conv import folded_bn_conv
+    from tests.ops.long_conv.test_fold_bn import naive
+
+    B, C, N, L = 64, 8, 3, H * H
+    x = torch.randn(B, C, H, H).to(memory_format=torch.channels_last).flatten(2) + 0.5
+    k = torch.randn(N, C, 2 * L - 1) / L**0.5
+    w, b, a = (torch.rand(N, C) + 0.5 for _ in range(3))
+    g = torch.randn(B, C, L)
+    leaves = [t.double().requires_grad_() for t in (x, k, w, b, a)]
+    ref = naive(leaves[0], leaves[1], L - 1, *leaves[2:])
+    inputs = [t.to(DEV).requires_grad_() for t in (x, k, w, b, a)]
+    with torch.autocast('cuda', dtype=autocast or torch.float32, enabled=autocast is not None):
+        got = folded_bn_conv(inputs[0], inputs[1], L - 1, *inputs[2:])
+    tol = 1e-4 if autocast is None else 3e-2
+    for name, u, v in zip(('y', 'mean', 'var'), got, ref, strict=True):
+        assert rel_err(u, v) < tol, name
+    want = torch.autograd.grad(ref[0], leaves, g.double())
+    have = torch.autograd.grad(got[0], inputs, g.to(DEV).to(got[0].dtype))
+    for name, u, v in zip(('x', 'kernels', 'weight', 'bias', 'alpha'), have, want, strict=True):
+        assert rel_err(u, v) < tol, name
+
+
 def test_light_and_dynamic_conv():
     B, C, H, L, K = 2, 12, 3, 300, 7
     x = torch.randn(B, C, L)
