@@ -23,6 +23,7 @@ from .grid import (
 
 __all__ = [
     'CHUNK_ELEMS',
+    'GPU_CHUNK_ELEMS',
     'chunks',
     'fft_forward',
     'fft_backward',
@@ -46,14 +47,24 @@ CPU_NATIVE_PAD_MAX = 6
 # whole-tensor transforms and products are memory-bound, small chunks pay per-call overhead. Chosen on the ConvNeXt-T
 # stages, inference and training: `python scripts/bench_mrconv.py --chunks --doc` (docs/benchmarks.md).
 CHUNK_ELEMS = 1 << 20
+# Off the CPU: the most elements (batch items x branches x channels x FFT size) a chunk's spectra hold at once. A
+# bound on memory (about 0.5 GB per complex64 tensor of this many real values), far above the fold's chunks (the
+# fold_bn module's CHUNK_ELEMS), so the model's convolutions run as one chunk.
+GPU_CHUNK_ELEMS = 1 << 27
 
 
-def chunks(x: torch.Tensor, n: int) -> Iterator[tuple[slice, slice]]:
-    """``(batch, channel)`` blocks of ``x (B, C, L)`` of about ``CHUNK_ELEMS / n`` sequences: whole channel ranges
-    of several batch items for short sequences, balanced channel ranges of one item for long ones. Off the CPU
-    one block (the whole tensor): GPU transforms want large batches, not cache-sized ones."""
+def chunks(x: torch.Tensor, n: int, branches: int = 1) -> Iterator[tuple[slice, slice]]:
+    """``(batch, channel)`` blocks of ``x (B, C, L)`` of about ``CHUNK_ELEMS / (branches n)`` sequences (each block's
+    spectra of all ``branches`` at once): whole channel ranges of several batch items for short sequences, balanced
+    channel ranges of one item for long ones. Off the CPU, blocks of whole batch items of at most
+    ``GPU_CHUNK_ELEMS`` (a bound on memory, not a cache size: GPU transforms want large batches)."""
     B, C = x.shape[:2]
-    rows = max(1, CHUNK_ELEMS // n) if x.device.type == 'cpu' else B * C
+    if x.device.type != 'cpu':
+        nb = max(1, GPU_CHUNK_ELEMS // (branches * C * n))
+        for b0 in range(0, B, nb):
+            yield slice(b0, min(B, b0 + nb)), slice(0, C)
+        return
+    rows = max(1, CHUNK_ELEMS // (branches * n))
     if rows >= C:
         nb = rows // C
         for b0 in range(0, B, nb):
@@ -66,44 +77,41 @@ def chunks(x: torch.Tensor, n: int) -> Iterator[tuple[slice, slice]]:
 
 
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``.
+    """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``, the
+    ``N`` kernels of a chunk in one product and one inverse transform (a launch each, not ``N``).
 
     ``out`` may be strided (e.g. a channels-last view): inputs are gathered and outputs scattered per chunk,
     never copied whole."""
     L = x.shape[-1]
     N = k_f.shape[0]
-    for bs, cs in chunks(x, n):
-        x_f = torch.fft.rfft(x[bs, cs], n=n)
-        for i in range(N):
-            y_f = x_f.mul_(k_f[i, cs]) if i == N - 1 else x_f * k_f[i, cs]  # the last branch reuses x_f
-            y = torch.fft.irfft(y_f, n=n)[..., :L]
-            if bias is None:
-                out[bs, i, cs] = y
-            else:
-                torch.add(y, bias[cs, None], out=out[bs, i, cs])
+    for bs, cs in chunks(x, n, N):
+        x_f = torch.fft.rfft(x[bs, cs], n=n).unsqueeze(1)
+        y_f = x_f.mul_(k_f[:, cs]) if N == 1 else x_f * k_f[:, cs]  # one kernel: in place
+        y = torch.fft.irfft(y_f, n=n)[..., :L]
+        if bias is None:
+            out[bs, :, cs] = y
+        else:
+            torch.add(y, bias[cs, None], out=out[bs, :, cs])
 
 
 def fft_backward(
     grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
-    chunk (the identities are in :mod:`.operators`)."""
-    B, C, L = x.shape
+    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`)."""
+    L = x.shape[-1]
     N = k_f.shape[0]
     grad_x = torch.empty_like(x) if need_x else None
     grad_k_f = torch.zeros_like(k_f) if need_k else None
     k_conj = k_f.conj().resolve_conj()
-    for bs, cs in chunks(x, n):
-        x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_() if need_k else None
-        acc = None
-        for i in range(N):
-            g_f = torch.fft.rfft(grad_y[bs, i, cs], n=n)  # (nb, cc, F)
-            if need_k:
-                grad_k_f[i, cs] += (g_f * x_conj).sum(0)
-            if need_x:
-                acc = g_f.mul_(k_conj[i, cs]) if acc is None else acc.addcmul_(g_f, k_conj[i, cs])
+    for bs, cs in chunks(x, n, N):
+        g_f = torch.fft.rfft(grad_y[bs, :, cs], n=n)  # (nb, N, cc, F)
+        if need_k:
+            x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_()
+            grad_k_f[:, cs] += (g_f * x_conj.unsqueeze(1)).sum(0)
         if need_x:
-            grad_x[bs, cs] = torch.fft.irfft(acc, n=n)[..., :L]
+            g_f.mul_(k_conj[:, cs])  # in place: the kernel gradient has read it
+            grad_x[bs, cs] = torch.fft.irfft(g_f[:, 0] if N == 1 else g_f.sum(1), n=n)[..., :L]
     return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
 
 
