@@ -108,7 +108,11 @@ def fft_backward(
         g_f = torch.fft.rfft(grad_y[bs, :, cs], n=n)  # (nb, N, cc, F)
         if need_k:
             x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_()
-            grad_k_f[:, cs] += (g_f * x_conj.unsqueeze(1)).sum(0)
+            if N == 1:  # one kernel: the product in place
+                grad_k_f[0, cs] += x_conj.mul_(g_f[:, 0]).sum(0)
+            else:
+                grad_k_f[:, cs] += (g_f * x_conj.unsqueeze(1)).sum(0)
+            del x_conj
         if need_x:
             g_f.mul_(k_conj[:, cs])  # in place: the kernel gradient has read it
             grad_x[bs, cs] = torch.fft.irfft(g_f[:, 0] if N == 1 else g_f.sum(1), n=n)[..., :L]

@@ -114,11 +114,16 @@ def _square_sums(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t, dim=-1, dtype=_acc(t)).square().double().sum(0)
 
 
-def _centred_branches(x, kernels, zero_lag, center, offset, method, engine):
+def _in_dtype(x: torch.Tensor, center: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``center (1, C, 1)`` and ``offset (N, C, L)`` in ``x``'s dtype, made once per call for every batch chunk."""
+    return center.to(x.dtype).view(1, -1, 1), offset.to(x.dtype)
+
+
+def _centred_branches(x, kernels, zero_lag, center_x, offset_x, method, engine):
     """``(x - center, z - mean)`` for a batch chunk ``x``: the centred input and ``conv(x - center, k_i) + offset_i =
-    z_i - mean_i`` ``(b, N, C, L)``."""
-    xc = x - center.to(x.dtype).view(1, -1, 1)
-    return xc, long_conv1d(xc, kernels, zero_lag=zero_lag, method=method, engine=engine) + offset.to(x.dtype)
+    z_i - mean_i`` ``(b, N, C, L)`` (``center_x``, ``offset_x`` from :func:`_in_dtype`)."""
+    xc = x - center_x
+    return xc, long_conv1d(xc, kernels, zero_lag=zero_lag, method=method, engine=engine) + offset_x
 
 
 def _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine) -> torch.Tensor:
@@ -131,9 +136,10 @@ def _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine) 
     B, C, L = x.shape
     per_channel = _per_channel(kernels, C)
     dummy = per_channel[0].to(_acc(x))  # (C, K): its values go unused; its dtype keeps Q in float32
+    center_x = center.to(x.dtype).view(1, -1, 1)
     Q = torch.zeros(dummy.shape, dtype=torch.float64, device=x.device)
     for bs in _chunks(B, kernels.shape[0] * C * L):  # memory bounded as in the branch passes
-        xc = x[bs] - center.to(x.dtype).view(1, -1, 1)
+        xc = x[bs] - center_x
         Q += long_conv1d_vjp(g[bs], xc, dummy, zero_lag, method=method, engine=engine, need_x=False)[1].double()
     g_sum = g.sum(0, dtype=_acc(g)).double()  # (C, L)
     return (per_channel.double() * Q).sum(-1) + (offset * g_sum).sum(-1)
@@ -168,15 +174,16 @@ def folded_bn_conv_forward(
     with autocast_off(x.device.type), torch.no_grad():
         M, center, mean, u, offset = _centering(x, kernels, zero_lag, sync)
         sq = torch.zeros(N, C, dtype=torch.float64, device=x.device)
+        center_x, offset_x = _in_dtype(x, center, offset)
         for bs in _chunks(B, N * C * L):
-            _, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
+            _, d = _centred_branches(x[bs], kernels, zero_lag, center_x, offset_x, method, engine)
             sq += _square_sums(d)
         var = _summed(sq, sync) / M
         a, c = _fold(weight, bias, alpha, mean, var, eps)
         merged = (a.to(kernels.dtype).unsqueeze(-1) * _per_channel(kernels, C)).sum(0)
         # y = conv(x - center, merged) + center T_merged 1 + c, the large terms combined in float64
         shift = center.view(-1, 1) * (a.unsqueeze(-1) * u).sum(0) + c.unsqueeze(-1)  # (C, L)
-        xc = x - center.to(x.dtype).view(1, -1, 1)
+        xc = x - center_x
         y = long_conv1d(xc, merged, zero_lag=zero_lag, method=method, engine=engine) + shift.to(x.dtype)
         if y.stride() != x.stride():  # laid out like x, whatever the method's product left (a channels-last map stays)
             y = torch.empty_like(x).copy_(y)
@@ -235,9 +242,11 @@ def folded_bn_conv_backward(
         grad_x = torch.empty_like(x)
         grad_k = torch.zeros_like(kernels)
         dz_sum = torch.zeros(N, C, L, dtype=torch.float64, device=x.device)
+        center_x, offset_x = _in_dtype(x, center, offset)
         for bs in _chunks(B, N * C * L):
-            xs, d = _centred_branches(x[bs], kernels, zero_lag, center, offset, method, engine)
+            xs, d = _centred_branches(x[bs], kernels, zero_lag, center_x, offset_x, method, engine)
             dz = torch.addcmul(a_x * (g[bs] - gbar).unsqueeze(1), coef, d, value=-1)
+            del d  # freed before the vjp's transforms
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk
