@@ -103,14 +103,20 @@ def test_half_inputs_compute_in_float32(dtype):
     torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
 
 
-def test_chunks_cover_the_tensor_once():
+def test_chunks_cover_the_tensor_once(monkeypatch):
     for shape, n in (((3, 5, 7), 1 << 17), ((4, 7, 9), 1 << 20), ((16, 96, 10), 6272), ((2, 3, 4), 1 << 30)):
-        seen = torch.zeros(shape[:2], dtype=torch.int64)
-        for bs, cs in engine_torch.chunks(torch.empty(shape), n):
-            seen[bs, cs] += 1
-        assert (seen == 1).all()
-    # off the CPU: one block
+        for branches in (1, 5):
+            seen = torch.zeros(shape[:2], dtype=torch.int64)
+            for bs, cs in engine_torch.chunks(torch.empty(shape), n, branches):
+                seen[bs, cs] += 1
+                rows = (bs.stop - bs.start) * (cs.stop - cs.start)
+                assert rows == 1 or rows * n * branches <= engine_torch.CHUNK_ELEMS
+            assert (seen == 1).all()
+    # off the CPU: whole batch items, one block up to GPU_CHUNK_ELEMS (branches x channels x FFT size per item)
     assert list(engine_torch.chunks(torch.empty(4, 6, 10, device='meta'), 16)) == [(slice(0, 4), slice(0, 6))]
+    monkeypatch.setattr(engine_torch, 'GPU_CHUNK_ELEMS', 3 * 6 * 16 * 5)
+    got = list(engine_torch.chunks(torch.empty(7, 6, 10, device='meta'), 16, 5))
+    assert got == [(slice(0, 3), slice(0, 6)), (slice(3, 6), slice(0, 6)), (slice(6, 7), slice(0, 6))]
 
 
 def test_gradcheck_both_methods():
