@@ -30,6 +30,7 @@ __all__ = [
     'branch_conv_bn_sum_supported',
     'conv_bn_sum_op',
     'conv_bn_sum_backward_op',
+    'clamped_window',
     'ones_response',
 ]
 
@@ -200,12 +201,24 @@ def branch_conv_bn_sum(
     return y, stats[..., 0].to(x.dtype).detach(), stats[..., 1].to(x.dtype).detach()  # statistics: no gradient
 
 
+def clamped_window(p: torch.Tensor, start: int, count: int) -> torch.Tensor:
+    """``p[..., clamp(start + i, 0, M - 1)]`` for ``i < count`` (``M = p.shape[-1]``): a slice of ``p`` with its first
+    or last entry repeated where the window runs past an end. Slices and one ``cat``, not index arithmetic and a
+    gather: on a GPU each of those ops is a launch, and these windows are taken for every mixer in every step."""
+    M = p.shape[-1]
+    left = min(max(-start, 0), count)
+    lo, hi = min(max(start, 0), M), min(max(start + count, 0), M)
+    right = count - left - (hi - lo)
+    parts = [p[..., :1].expand(*p.shape[:-1], left)] if left else []
+    parts.append(p[..., lo:hi])
+    if right:
+        parts.append(p[..., M - 1 :].expand(*p.shape[:-1], right))
+    return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+
+
 def ones_response(kernels: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
     """``long_conv1d(ones(1, C, length), kernels)`` exactly, from prefix sums of the taps in float64:
-    ``(..., C, K) -> (..., C, length)``, entry ``t`` the sum of the taps whose lag reaches inside ``[0, length)``."""
-    K = kernels.shape[-1]
+    ``(..., C, K) -> (..., C, length)``, entry ``t`` the sum of the taps whose lag reaches inside ``[0, length)``:
+    ``P[min(t + zero_lag + 1, K)] - P[max(t + zero_lag + 1 - length, 0)]`` with ``P[j]`` the sum of the first ``j``."""
     P = F.pad(kernels.double().cumsum(-1), (1, 0))
-    t = torch.arange(length, device=kernels.device)
-    hi = (t + zero_lag + 1).clamp(max=K)
-    lo = (t + zero_lag - length + 1).clamp(min=0)
-    return (P[..., hi] - P[..., lo]).contiguous()
+    return clamped_window(P, zero_lag + 1, length) - clamped_window(P, zero_lag + 1 - length, length)

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from ..checks import autocast_dtype, autocast_off
 from .api import long_conv1d, long_conv1d_vjp
 from .checks import check_branch_norm
-from .conv_bn_sum import ones_response
+from .conv_bn_sum import clamped_window, ones_response
 
 __all__ = [
     'CHUNK_ELEMS',
@@ -149,9 +150,8 @@ def _reached_sums(D: torch.Tensor, zero_lag: int, taps: int) -> torch.Tensor:
     """``(..., K)``: for each tap ``j`` (lag ``tau = j - zero_lag``) the sum of ``D[..., t]`` over the outputs
     ``0 <= t < L`` whose input ``t - tau`` lies in the sequence."""
     L = D.shape[-1]
-    prefix = torch.cat([D.new_zeros(*D.shape[:-1], 1), D.cumsum(-1)], dim=-1)
-    tau = torch.arange(taps, device=D.device) - zero_lag
-    return prefix[..., (tau + L).clamp(0, L)] - prefix[..., tau.clamp(0, L)]
+    prefix = F.pad(D.cumsum(-1), (1, 0))  # (..., L + 1): entry j, the sum of the first j
+    return clamped_window(prefix, L - zero_lag, taps) - clamped_window(prefix, -zero_lag, taps)
 
 
 def folded_bn_conv_forward(

@@ -47,28 +47,24 @@ def row_grid(length: int) -> tuple[int, int]:
     return -(-length // q), q
 
 
-def _padded_taps(kernel: torch.Tensor, zero_lag: int, lags: torch.Tensor) -> torch.Tensor:
-    """``kernel[..., zero_lag + lags]`` with 0 where that leaves the kernel: one gather from the taps with a zero
-    appended (the index of every missing lag points at it)."""
-    K = kernel.shape[-1]
-    j = zero_lag + lags
-    j = torch.where((j >= 0) & (j < K), j, K)
-    return torch.cat([kernel, kernel.new_zeros(*kernel.shape[:-1], 1)], dim=-1)[..., j]
-
-
 def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
     """``(..., K)`` kernels -> ``(..., L, L)`` matrices ``T[t, s] = k[zero_lag + t - s]`` (0 outside the kernel), one
     gather in the kernel's dtype."""
+    # the taps of lags 1 - L .. L - 1 zero-padded by one slice and pad, then indexed directly: on a GPU each op is a
+    # launch, made for every mixer in every training step
     t = torch.arange(length, device=kernel.device)
-    return _padded_taps(kernel, zero_lag, t.view(-1, 1) - t.view(1, -1))
+    window = _window(kernel, zero_lag + 1 - length, 2 * length - 1)  # entry L - 1 + lag
+    return window[..., (t + (length - 1)).view(-1, 1) - t.view(1, -1)]
 
 
 def kernel_2d(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
     """``(..., K)`` -> ``(..., 2 rows - 1, 2 cols - 1)``: ``K2[a, d] = k[zero_lag + a cols + d]`` with ``a`` from
     ``-(rows - 1)`` and ``d`` from ``-(cols - 1)`` (0 outside the kernel)."""
-    a = torch.arange(-(rows - 1), rows, device=kernel.device).view(-1, 1)
-    d = torch.arange(-(cols - 1), cols, device=kernel.device).view(1, -1)
-    return _padded_taps(kernel, zero_lag, a * cols + d)
+    reach = rows * cols - 1  # the largest |a cols + d|
+    a = torch.arange(0, (2 * rows - 1) * cols, cols, device=kernel.device).view(-1, 1)
+    d = torch.arange(2 * cols - 1, device=kernel.device).view(1, -1)
+    # entry a cols + d + reach of the lags -reach .. reach, a and d counted from their first values
+    return _window(kernel, zero_lag - reach, 2 * reach + 1)[..., a + d]
 
 
 def _angles(n: int, cols: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:

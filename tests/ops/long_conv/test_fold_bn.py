@@ -343,3 +343,28 @@ def test_half_precision_statistics_and_gradients_neither_overflow_nor_round_to_t
     for got, want in zip(grads, refs, strict=True):
         assert got.float().isfinite().all()
         assert (got.double() - want).norm() / want.norm() < 2e-2
+
+
+def test_clamped_window_equals_a_clamped_gather():
+    """Every window position relative to both ends (before, inside, past, around the whole of ``p``) against
+    ``p[..., clamp(start + arange(count), 0, M - 1)]``, bit for bit."""
+    from mrconvnext.ops.long_conv.conv_bn_sum import clamped_window
+
+    p = torch.randn(2, 3, 7, dtype=DT)
+    for start in range(-10, 12):
+        for count in (1, 3, 7, 12, 25):
+            want = p[..., (start + torch.arange(count)).clamp(0, 6)]
+            got = clamped_window(p, start, count)
+            assert got.shape == want.shape and torch.equal(got, want), (start, count)
+
+
+@pytest.mark.parametrize('L, K, zero_lag', [(12, 23, 11), (12, 5, 0), (12, 5, 4), (5, 23, 3), (5, 23, 20), (1, 1, 0)])
+def test_ones_response_is_the_convolution_of_ones(L, K, zero_lag):
+    """Kernels longer and shorter than the sequence, causal and past its end, against the tap-loop convolution of a
+    sequence of ones in float64 (``_reached_sums``, the same windows of prefix sums, is checked through the fold's
+    kernel gradients above)."""
+    from mrconvnext.ops.long_conv.conv_bn_sum import ones_response
+
+    k = torch.randn(2, 3, K, dtype=DT)
+    conv = torch.stack([shifted_sum_conv(torch.ones(1, 3, L, dtype=DT), k[i], zero_lag)[0] for i in range(2)])
+    torch.testing.assert_close(ones_response(k, zero_lag, L), conv, rtol=1e-12, atol=1e-12)
