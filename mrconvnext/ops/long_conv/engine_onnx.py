@@ -30,6 +30,12 @@ __all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 # against 16.1 / 37.6 on its own 56 x 56 grid, stage 2 (192 x 784) 4.1 / 11.5 against 5.2 / 14.0; atto's stage 1
 # 3.5 / 15.8 against 5.4 / 16.9. Batch 1 reads the blocks once per image, so it gains most; rows of 32 fell between.
 ONNX_ROW_WIDTH = 16
+# The DFT over the P rows stays one dense (2P, P) matrix although it is most of the arithmetic at batch 8 (4 P
+# multiply-adds per position against the blocks' 4 Q). A factored DFT (Cooley-Tukey as a real (2 N1, R1) product and
+# N1 batched (2 F2, 2 N2) products with the twiddles folded in: about 5x fewer multiply-adds at ConvNeXt-atto's
+# stage 1) ran slower in ONNX Runtime 1.32 on 2 threads (mrconvnext_atto at batch 8: 200 ms against 146): its
+# small batched products ran at about 35 GFLOP/s, the dense DFT near 190; at batch 1 the blocks' reads dominate
+# either way (2026-11-27).
 
 
 def onnx_grid(length: int) -> tuple[int, int]:
