@@ -33,9 +33,9 @@ ONNX_ROW_WIDTH = 16
 # The DFT over the P rows stays one dense (2P, P) matrix although it is most of the arithmetic at batch 8 (4 P
 # multiply-adds per position against the blocks' 4 Q). A factored DFT (Cooley-Tukey as a real (2 N1, R1) product and
 # N1 batched (2 F2, 2 N2) products with the twiddles folded in: about 5x fewer multiply-adds at ConvNeXt-atto's
-# stage 1) ran slower in ONNX Runtime 1.32 on 2 threads (mrconvnext_atto at batch 8: 200 ms against 146): its
-# small batched products ran at about 35 GFLOP/s, the dense DFT near 190; at batch 1 the blocks' reads dominate
-# either way (2026-11-27).
+# stage 1) ran slower in ONNX Runtime 1.32 on 2 threads (mrconvnext_atto at batch 8: 157 and 200 ms in two runs, the
+# dense form 146): its small batched products ran at about 35 GFLOP/s, the dense DFT near 190; at batch 1 the
+# blocks' reads dominate either way (2026-11-27).
 
 
 def onnx_grid(length: int) -> tuple[int, int]:
