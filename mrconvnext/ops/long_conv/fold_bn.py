@@ -106,13 +106,13 @@ def _sums(t: torch.Tensor) -> torch.Tensor:
     """``t (b, N, C, L)`` summed over its batch and positions into ``(N, C)`` float64: each sequence summed in float32
     (float64 for float64 ``t``; L values, as precise as a float32 BatchNorm's own sums), those sums over the batch in
     float64. Nothing of ``t``'s size is made in float64 (on a GPU that pass would cost more than the convolutions)."""
-    return t.sum(-1, dtype=_acc(t)).double().sum(0)
+    return t.sum(-1, dtype=_acc(t)).sum(0, dtype=torch.float64)
 
 
 def _square_sums(t: torch.Tensor) -> torch.Tensor:
     """:func:`_sums` of ``t``'s squares, in one pass over ``t``: each sequence's squares summed in float32 (float64
     for float64 ``t``) as its norm, whose square rounds once more."""
-    return torch.linalg.vector_norm(t, dim=-1, dtype=_acc(t)).square().double().sum(0)
+    return torch.linalg.vector_norm(t, dim=-1, dtype=_acc(t)).square().sum(0, dtype=torch.float64)
 
 
 def _in_dtype(x: torch.Tensor, center: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,9 +141,9 @@ def _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine) 
     Q = torch.zeros(dummy.shape, dtype=torch.float64, device=x.device)
     for bs in _chunks(B, kernels.shape[0] * C * L):  # memory bounded as in the branch passes
         xc = x[bs] - center_x
-        Q += long_conv1d_vjp(g[bs], xc, dummy, zero_lag, method=method, engine=engine, need_x=False)[1].double()
-    g_sum = g.sum(0, dtype=_acc(g)).double()  # (C, L)
-    return (per_channel.double() * Q).sum(-1) + (offset * g_sum).sum(-1)
+        Q += long_conv1d_vjp(g[bs], xc, dummy, zero_lag, method=method, engine=engine, need_x=False)[1]
+    g_sum = g.sum(0, dtype=_acc(g))  # (C, L)
+    return (per_channel * Q).sum(-1) + (offset * g_sum).sum(-1)  # float64: Q and offset promote the products
 
 
 def _reached_sums(D: torch.Tensor, zero_lag: int, taps: int) -> torch.Tensor:
@@ -250,7 +250,7 @@ def folded_bn_conv_backward(
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk
-            dz_sum += dz.sum(0, dtype=_acc(dz)).double()
+            dz_sum += dz.sum(0, dtype=_acc(dz))
         # the kernels also multiply the centre taken out of x: dk_i[j] += center * sum of dz_i over the outputs
         # that lag j reaches from inside the sequence
         reached = center.view(1, C, 1) * _reached_sums(dz_sum, zero_lag, kernels.shape[-1])  # (N, C, K)
