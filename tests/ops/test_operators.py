@@ -36,6 +36,22 @@ def test_opcheck_fft_conv(op, layout, N, with_bias, K, zero_lag):
         torch.library.opcheck(fft_conv_backward, (g, x.detach(), k.detach(), zero_lag, *need))
 
 
+@pytest.mark.parametrize('op', ['fft_conv', 'fft_conv_torch'])
+@pytest.mark.parametrize('x_dtype, k_dtype', [(torch.bfloat16, torch.float32), (torch.float32, torch.float64)])
+def test_opcheck_fft_conv_with_x_in_another_dtype(op, x_dtype, k_dtype):
+    """An ``x`` (and output gradient) in another dtype than the kernels (a half-precision map under autocast): the
+    output and ``grad_x`` in ``x``'s dtype, the kernels' gradient in theirs."""
+    fft_conv, fft_conv_backward = getattr(lc_ops, op), getattr(lc_ops, f'{op}_backward')
+    x = _x('channels_last').to(x_dtype).requires_grad_()
+    k = torch.randn(2, 3, 9, dtype=k_dtype, requires_grad=True)
+    b = torch.randn(3, dtype=k_dtype)
+    torch.library.opcheck(fft_conv, (x, k, 4, b))
+    assert fft_conv(x, k, 4, b).dtype == x_dtype
+    g = torch.randn(2, 2, 3, 10, dtype=x_dtype)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(fft_conv_backward, (g, x.detach(), k.detach(), 4, *need))
+
+
 def test_fft_conv_gradcheck_with_cropped_taps():
     """The operator's registered backward against finite differences, taps past both ends included (their gradient
     is 0: they reach no output)."""

@@ -220,22 +220,28 @@ def _run(
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         y = engine_flashfft.conv1d(x, kernel, zero_lag)
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
-    # Inputs are cast to the compute dtype here; the FFT operators compute in the dtype they are given, and the
-    # direct method's conv1d runs with autocast off (autocast would cast it back to half).
-    xc = x.to(compute)
+    # Kernels are cast to the compute dtype here; the FFT operators compute in the kernel's dtype and the direct
+    # method's conv1d runs with autocast off (autocast would cast it back to half).
     b = None if bias is None else bias.to(compute)
     if plan.operator == 'direct':
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         with autocast_off(x.device.type):
-            y = direct_conv1d(xc, kernel.to(compute), zero_lag)
+            y = direct_conv1d(x.to(compute), kernel.to(compute), zero_lag)
         if b is not None:
             y = y + b.unsqueeze(-1)
         return y.to(out_dtype)
     stacked = kernel.dim() == 3
     k = kernel.to(compute)
     op = operators.fft_conv_torch if plan.operator == 'fft_conv_torch' else operators.fft_conv
-    y = op(xc, k if stacked else k.unsqueeze(0), zero_lag, b)
+    y = op(_fft_input(plan, x, compute), k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
+
+
+def _fft_input(plan: dispatch.LongConvPlan, t: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    """``t`` as the FFT operators take it: as it is on the torch.fft engine, which casts it to the kernels' dtype as
+    it pads it (:func:`.engine_torch.padded_rfft`; the output comes back in ``t``'s dtype, two passes fewer than a
+    cast before and after), cast to ``compute`` for the native kernels."""
+    return t if plan.engine == 'torch' else t.to(compute)
 
 
 def long_conv1d_vjp(
@@ -288,7 +294,8 @@ def _vjp(
     g = grad_y if stacked else grad_y.unsqueeze(1)
     if plan.method == 'fft':
         op = operators.fft_conv_backward if plan.engine == 'native' else operators.fft_conv_torch_backward
-        grad_x, grad_k = op(g.to(compute), x.to(compute), k.to(compute), zero_lag, *need)  # empty: not needed
+        grad_x, grad_k = op(_fft_input(plan, g, compute), _fft_input(plan, x, compute), k.to(compute), zero_lag, *need)
+        # (empty: not needed)
         grad_x = grad_x.to(x.dtype) if need_x else None
         return grad_x, (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype) if need_kernel else None
     # the other methods work on the cropped kernel (as long_conv1d does); its gradient goes back in place

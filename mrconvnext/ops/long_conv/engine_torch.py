@@ -25,6 +25,7 @@ __all__ = [
     'CHUNK_ELEMS',
     'GPU_CHUNK_ELEMS',
     'chunks',
+    'padded_rfft',
     'fft_forward',
     'fft_backward',
     'direct_conv1d',
@@ -76,16 +77,37 @@ def chunks(x: torch.Tensor, n: int, branches: int = 1) -> Iterator[tuple[slice, 
             yield slice(b, b + 1), slice(c0, min(C, c0 + step))
 
 
+def padded_rfft(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """``rfft(x, n)`` of ``x (..., L)`` taken in ``dtype``, zero-padded to ``n`` by writing the zeros of the tail alone
+    (torch's padding fills the whole padded tensor first). An ``x`` of another dtype (a half-precision map under
+    autocast) is cast as it is copied in, one pass where a cast and a padding copy would be two; one whose positions
+    are not innermost (a channels-last map) is cast in its own layout first, so the copy that transposes it into
+    the padded tensor moves 4-byte elements (transposing 2-byte ones costs GPUs more per element:
+    docs/gpu/cost-model-calibration.md)."""
+    L = x.shape[-1]
+    if n == L:
+        return torch.fft.rfft(x.to(dtype))
+    if x.dtype != dtype and x.stride(-1) != 1 and x.shape[-1] > 1:
+        x = x.to(dtype)
+    padded = x.new_empty((*x.shape[:-1], n), dtype=dtype)
+    padded[..., L:].zero_()
+    padded[..., :L].copy_(x)
+    return torch.fft.rfft(padded)
+
+
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
     """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``, the
-    ``N`` kernels of a chunk in one product and one inverse transform (a launch each, not ``N``).
+    ``N`` kernels of a chunk in one product and one inverse transform (a launch each, not ``N``). Computed in the
+    spectra's real dtype; ``x`` and ``out`` may be of another (half precision): cast as they are padded and
+    scattered (:func:`padded_rfft`).
 
     ``out`` may be strided (e.g. a channels-last view): inputs are gathered and outputs scattered per chunk,
     never copied whole."""
     L = x.shape[-1]
     N = k_f.shape[0]
+    dtype = k_f.real.dtype
     for bs, cs in chunks(x, n, N):
-        x_f = torch.fft.rfft(x[bs, cs], n=n).unsqueeze(1)
+        x_f = padded_rfft(x[bs, cs], n, dtype).unsqueeze(1)
         y_f = x_f.mul_(k_f[:, cs]) if N == 1 else x_f * k_f[:, cs]  # one kernel: in place
         y = torch.fft.irfft(y_f, n=n)[..., :L]
         if bias is None:
@@ -98,16 +120,18 @@ def fft_backward(
     grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
-    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`)."""
+    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`). ``grad_y`` and ``x``
+    as :func:`fft_forward` takes ``x``; ``grad_x`` in ``x``'s dtype, the kernels' gradient in the spectra's."""
     L = x.shape[-1]
     N = k_f.shape[0]
+    dtype = k_f.real.dtype
     grad_x = torch.empty_like(x) if need_x else None
     grad_k_f = torch.zeros_like(k_f) if need_k else None
     k_conj = k_f.conj().resolve_conj()
     for bs, cs in chunks(x, n, N):
-        g_f = torch.fft.rfft(grad_y[bs, :, cs], n=n)  # (nb, N, cc, F)
+        g_f = padded_rfft(grad_y[bs, :, cs], n, dtype)  # (nb, N, cc, F)
         if need_k:
-            x_conj = torch.fft.rfft(x[bs, cs], n=n).conj_physical_()
+            x_conj = padded_rfft(x[bs, cs], n, dtype).conj_physical_()
             if N == 1:  # one kernel: the product in place
                 grad_k_f[0, cs] += x_conj.mul_(g_f[:, 0]).sum(0)
             else:

@@ -6,7 +6,11 @@ fused native kernels for float32 / float64 CPU tensors (torch.fft, after one war
 device's kernel knows what is built, as ATen's do, so an exported program runs wherever it is loaded), torch.fft in
 chunks on every other device. ``mrconvnext::fft_conv_torch`` is the torch.fft engine on every device
 (``engine='torch'``). Both take the kernel in the lag convention and choose the crop and the FFT size inside, from
-the concrete sizes: a traced graph holds no FFT size, so it serves every input length without a recompile.
+the concrete sizes: a traced graph holds no FFT size, so it serves every input length without a recompile. They
+compute in the kernel's dtype; ``x`` may be of another floating dtype (a half-precision map under autocast, with a
+float32 kernel): the torch.fft engine casts it as it pads it for the transform and casts the output (in ``x``'s
+dtype) as it writes it, the same values as a cast before and after, two passes fewer; the native kernels, which
+take float32 / float64 alone, get ``x`` cast first.
 
 Backward (``*_backward(grad_y, x, kernel, zero_lag, need_x, need_k) -> (grad_x, grad_kernel)``, an empty tensor for
 one not needed): with ``G_i = rfft(grad_y_i, n)`` and ``X = rfft(x, n)`` (real sequences, so these circular
@@ -60,7 +64,13 @@ def _cpu_engine(x: torch.Tensor) -> tuple[Callable, Callable]:
     return functools.partial(engine_native.fft_forward, ext), functools.partial(engine_native.fft_backward, ext)
 
 
+def _native(engine: Callable) -> bool:
+    return engine is _cpu_engine
+
+
 def _forward(engine, x, kernel, zero_lag, bias):
+    if _native(engine) and x.dtype != kernel.dtype:  # the native kernels take x in the kernel's dtype
+        return _forward(engine, x.to(kernel.dtype), kernel, zero_lag, bias).to(x.dtype)
     k_f, n = kernel_spectrum(kernel, zero_lag, x.shape[-1])
     y = _new_out(x, kernel.shape[0])
     engine(x)[0](x, k_f.contiguous(), n, y, bias)
@@ -68,6 +78,11 @@ def _forward(engine, x, kernel, zero_lag, bias):
 
 
 def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
+    if _native(engine) and (x.dtype, grad_y.dtype) != (kernel.dtype,) * 2:
+        grad_x, grad_k = _backward(
+            engine, grad_y.to(kernel.dtype), x.to(kernel.dtype), kernel, zero_lag, need_x, need_k
+        )
+        return grad_x.to(x.dtype), (grad_k if need_k else _empty(x))
     L = x.shape[-1]
     cropped, z = crop_kernel(kernel, zero_lag, L)
     k_f, n = kernel_spectrum(kernel, zero_lag, L)

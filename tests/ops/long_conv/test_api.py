@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from mrconvnext.ops import availability, circular_kernel, engines, fft_size, long_conv1d
 from mrconvnext.ops.long_conv import engine_torch, fft_length, kernel_spectrum, long_conv1d_vjp
+from mrconvnext.ops.long_conv import operators as lc_ops
 from mrconvnext.ops.native_build import cxx_compiler
 from tests.reference import shifted_sum_conv
 
@@ -101,6 +102,89 @@ def test_half_inputs_compute_in_float32(dtype):
         y2 = long_conv1d(x.float(), k, zero_lag=39, method='fft')
     assert y2.dtype == torch.float32
     torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('op', ['fft_conv', 'fft_conv_torch'])
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('N, with_bias', [(1, True), (3, False)])
+def test_a_half_input_is_cast_as_it_is_padded(op, dtype, N, with_bias):
+    """The FFT operators take a half-precision ``x`` with float32 kernels and compute in float32: bit for bit what
+    casting ``x`` (and the output gradient) to float32 first and the results back gives, forward and backward; the
+    torch.fft engine casts while it pads (``padded_rfft``), the native kernels after a cast."""
+    fwd, bwd = getattr(lc_ops, op), getattr(lc_ops, f'{op}_backward')
+    x = torch.randn(2, 5, 37).to(dtype).transpose(1, 2).contiguous().transpose(1, 2)  # channels-last
+    k = torch.randn(N, 5, 51)
+    b = torch.randn(5) if with_bias else None
+    y = fwd(x, k, 20, b)
+    assert y.dtype == dtype
+    assert torch.equal(y, fwd(x.float(), k, 20, b).to(dtype))
+    g = torch.randn(2, N, 5, 37).to(dtype)
+    gx, gk = bwd(g, x, k, 20, True, True)
+    ref_x, ref_k = bwd(g.float(), x.float(), k, 20, True, True)
+    assert gx.dtype == dtype and gk.dtype == torch.float32
+    assert torch.equal(gx, ref_x.to(dtype)) and torch.equal(gk, ref_k)
+
+
+@pytest.mark.parametrize('n', [37, 80])
+def test_padded_rfft_equals_the_transform_of_the_cast_input(n):
+    """``padded_rfft`` of a bfloat16 ``x`` (a strided view) equals ``rfft`` of ``x`` cast to float32 and padded to
+    ``n`` by torch (``n`` = L too: nothing to pad), bit for bit."""
+    x = torch.randn(3, 37, 4).to(torch.bfloat16).transpose(1, 2)
+    out = engine_torch.padded_rfft(x, n, torch.float32)
+    assert out.dtype == torch.complex64
+    assert torch.equal(out, torch.fft.rfft(x.float(), n=n))
+
+
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
+    """On fake CUDA tensors, the FFT convolution of a bfloat16 map copies ``x`` and the output gradient once each
+    into their padded float32 buffers (``copy_``) and writes zeros to the padding alone, with no padding copy
+    (``constant_pad_nd``, which fills the whole tensor first), forward or backward (its vjp: autograd's engine needs a
+    real GPU). With positions innermost there is no separate cast to float32 (``_to_copy``); a channels-last map is
+    cast in its own layout first, once per transform (so that the transposing copy moves 4-byte elements). The
+    output and ``x``'s gradient come back in bfloat16."""
+    from torch._library.custom_ops import OPDEFS
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Names(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name.startswith('mrconvnext::'):  # what the operator runs (the fake mode would not)
+                with self:
+                    return OPDEFS[func._schema.name]._init_fn(*args, **(kwargs or {}))
+            name = func._schema.name
+            if name.startswith('aten::') and func.has_kernel_for_dispatch_key(
+                torch._C.DispatchKey.CompositeImplicitAutograd
+            ):
+                with self:  # what it is made of (torch.fft.rfft pads with constant_pad_nd)
+                    out = func.decompose(*args, **(kwargs or {}))
+                if out is not NotImplemented:
+                    return out
+            out = func(*args, **(kwargs or {}))
+            self.seen.append((func._schema.name, tuple(t.shape for t in args if isinstance(t, torch.Tensor))))
+            return out
+
+    with FakeTensorMode():
+        x = torch.randn(4, 56, 8, device='cuda', dtype=torch.bfloat16).mT if channels_last else None
+        x = torch.randn(4, 8, 56, device='cuda', dtype=torch.bfloat16) if x is None else x
+        k = torch.randn(8, 111, device='cuda')
+        names = Names()
+        with names:
+            y = long_conv1d(x, k, zero_lag=55, method='fft', engine='torch')
+            gx, gk = long_conv1d_vjp(torch.ones_like(x), x, k, 55, method='fft', engine='torch')
+    assert y.dtype == gx.dtype == torch.bfloat16 and gk.dtype == torch.float32
+    # the kernels' spectrum (forward and backward), x's (forward and backward), the output gradient's
+    assert sum(name == 'aten::_fft_r2c' for name, _ in names.seen) == 5
+    ops = [name for name, _ in names.seen]
+    assert 'aten::constant_pad_nd' not in ops, ops
+    casts = [s for name, s in names.seen if name == 'aten::_to_copy' and s[0].numel() == 4 * 8 * 56]
+    assert len(casts) == (3 if channels_last else 0), names.seen  # x forward and backward, the gradient
+    zeros = [s[0] for name, s in names.seen if name == 'aten::zero_']
+    assert [(z.numel(), z[-1]) for z in zeros] == [(4 * 8 * 56, 56)] * 3, zeros  # the padding alone (n = 112)
 
 
 def test_chunks_cover_the_tensor_once(monkeypatch):
