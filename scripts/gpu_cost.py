@@ -12,16 +12,19 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
 - FLOPs: ``torch.utils.flop_counter``'s formulas (matmuls, convolutions, this package's registered operators);
   other ops count none (they are memory-bound).
 - launches: one per op that moves bytes, and the copies a kernel is known to make first (torch's own depthwise
-  conv, ``_conv_depthwise2d``, makes its strided inputs contiguous).
+  conv, ``_conv_depthwise2d``, makes its strided inputs contiguous); a padding (``constant_pad_nd``) is the two
+  kernels ATen runs, a fill of the whole padded tensor and a copy of the input into it.
 - kernels and layouts the way a GPU picks them, where a fake tensor cannot ask the device: which depthwise conv
   kernel runs (cuDNN's for a channels-last map, torch's own otherwise; ``_conv_class``), the channels-last results
   of cuDNN's bfloat16 convs (``_cudnn_layout``), the materialized indices of an accumulating ``index_put`` (the
   sort its CUDA kernel runs; ``_index_put_accumulate``), and matmuls whose rows cuBLAS cannot read aligned
   (``_unaligned``).
-- host: the Python that runs between two ops (a model's forward, this package's operators and plans, a Python
-  backward), measured on this machine as the time between the ops less the way into the counter
-  (:func:`dispatch_baseline`), the least over repeated runs (:func:`count_step`); the backward walk's own
-  bookkeeping and its calls of C++ nodes, which stand for the autograd engine's C++, are left out.
+- host: what runs between two ops (a model's forward, this package's operators and plans, a Python backward),
+  counted, not timed (:class:`PythonEvents`): the lines of Python executed and the calls of C functions from Python,
+  less the way into the counter at each op (:func:`dispatch_baseline`), and the ops that launch nothing (views,
+  allocations). The count is the same on every run of the same code, where the time this shared machine takes for it
+  varied 2x between runs. The backward walk's own bookkeeping and its calls of C++ nodes, which stand for the
+  autograd engine's C++, are left out.
 - this package's operators: a Triton operator (``torch.library.triton_op``) counts as one launch that reads its
   inputs and writes its outputs (its internal traffic stays unseen); any other operator is entered, and the ATen ops
   its CUDA implementation runs are counted instead.
@@ -41,15 +44,17 @@ cuDNN's and torch's own depthwise convolutions and their backwards, copies withi
 (``transpose``), gathers, scatters, plain and accumulating ``index_put``, LayerNorm, BatchNorm, FFTs, each Triton
 operator of this package, the rest. Units: tensor cores for half-precision matmuls and dense convolutions; for
 grouped convolutions the rate measured for cuDNN's depthwise kernels; CUDA cores otherwise. The host issues each op
-after the Python before it (its measured ``host`` times ``python_scale``) and ``issue`` seconds of dispatch and
-launch; the device runs the ops in order, each once it is issued and the one before it is done (:func:`timeline`):
-small ops behind a large one cost nothing extra, a run of small ops costs their host time. Each class's efficiency
-and latency are measured from per-op GPU profiles, ``issue`` too (:func:`launch_time`); ``python_scale`` is fitted
-(``--calibrate``); they live in ``docs/gpu/cost-model-constants.json``.
+after what comes before it: ``FREE_S`` per op that launches nothing, ``LINE_S`` per line of Python and ``C_CALL_S``
+per call of a C function from Python, and ``ISSUE_S`` of dispatch and launch (:func:`host_times`); the device runs the ops in order, each once it is issued and
+the one before it is done (:func:`timeline`): small ops behind a large one cost nothing extra, a run of small ops
+costs their host time. Each class's efficiency and latency are measured from per-op GPU profiles, ``ISSUE_S`` and
+``FREE_S`` too (:func:`launch_time`, :func:`free_time`); ``LINE_S`` and ``C_CALL_S`` are fitted (``--calibrate``);
+they live in
+``docs/gpu/cost-model-constants.json``.
 
 What it cannot see (docs/gpu/cost-model.md): fusion under ``torch.compile``, L2 reuse, a Triton kernel's internal
 traffic and arithmetic, differences within a class (all transposing copies share one efficiency), host time that
-is neither Python nor the same for every launch (synchronizations), and the extra kernels some ops launch.
+is neither Python nor the same for every op (synchronizations), and the extra kernels some ops launch.
 """
 
 from __future__ import annotations
@@ -67,7 +72,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +152,10 @@ PROFILE_CLASS |= {'sync': 'copy'}
 # ramp-up, tail). Measured by --calibrate (docs/gpu/cost-model-constants.json, read below); 'other' also serves the
 # classes the profiles lacked.
 CLASS_COST: dict[str, tuple[float, float]] = {'other': (0.5, 1.5e-6)}
-ISSUE_S = 7e-6  # host seconds per launched op (dispatcher, launch) on the GPU's host: measured by --calibrate
-PYTHON_SCALE = 1.0  # the GPU host's seconds of Python per second of it measured here (``Call.host``): fitted
+ISSUE_S = 7e-6  # host seconds per counted op (dispatcher, launch) on the GPU's host: measured by --calibrate
+FREE_S = 2e-6  # host seconds per op that launches nothing (a view, an allocation): measured by --calibrate
+LINE_S = 1e-7  # the GPU host's seconds per line of Python executed: fitted by --calibrate
+C_CALL_S = 1e-6  # the GPU host's seconds per call of a C function from Python (torch's bindings among them): fitted
 LATENCY_S = 1.5e-6  # the latency that goes with one efficiency for every class (``efficiency=<float>``)
 FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconvnext_t', 'talkconvnext2d_t']
 FAMILIES_T += ['lightconvnext_t', 'dynconvnext_t']
@@ -166,9 +172,10 @@ _WRITE_ONLY |= {'aten::new_zeros', 'aten::new_ones', 'aten::new_full'}
 class Call:
     """One counted op call: its name, bytes read and written, FLOPs, the unit that runs it, its class where the
     name does not say it (``PROFILE_CLASS``: e.g. ``'transpose'``, a copy between memory layouts; ``'sync'``, a copy
-    between host and device, which waits for the device), and ``host``: the seconds of Python that ran on this
-    machine since the op before it (:meth:`OpCounter.resume`). An op on CPU tensors has the unit ``'cpu'``: it costs
-    the host its issue time and the device nothing."""
+    between host and device, which waits for the device), and what the host ran since the op before it: ``lines``
+    of Python, ``c_calls`` of C functions from Python (:class:`PythonEvents`) and ``free`` ops that launch nothing
+    (views, allocations). An op on CPU tensors has the unit ``'cpu'``: it costs the host its issue time and the
+    device nothing."""
 
     name: str
     read: int
@@ -176,7 +183,9 @@ class Call:
     flops: int
     unit: str
     cls: str = ''
-    host: float = 0.0
+    lines: int = 0
+    c_calls: int = 0
+    free: int = 0
 
 
 def span_bytes(t: torch.Tensor) -> int:
@@ -324,8 +333,51 @@ def _cuda_impl(qualname: str):
     return opdef._backend_fns.get('cuda') or opdef._init_fn
 
 
+class PythonEvents:
+    """A count of the Python that runs while started: the lines it executes (``sys.settrace``) and its calls of C
+    functions (``sys.setprofile``: torch's functions and tensor methods among them). Unlike the time they take on
+    this shared machine, the count is the same on every run of the same code. Lines of fake tensors' own Python
+    (``.device`` is a Python property of a fake tensor, a C field of a real one) are not counted."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.c_calls = 0
+
+    def _call(self, frame, event, arg):
+        return None if frame.f_code.co_filename == _FAKE_TENSOR_FILE else self._line
+
+    def _line(self, frame, event, arg):
+        if event == 'line':
+            self.lines += 1
+        return self._line
+
+    def _profile(self, frame, event, arg):
+        if event == 'c_call':
+            self.c_calls += 1
+
+    def start(self) -> None:
+        sys.settrace(self._call)
+        sys.setprofile(self._profile)
+
+    def stop(self) -> None:
+        sys.setprofile(None)
+        sys.settrace(None)
+
+    def take(self) -> tuple[int, int]:
+        """``(lines, C calls)`` since the last take (none below zero: see :meth:`OpCounter.__torch_dispatch__`)."""
+        out = max(0, self.lines), max(0, self.c_calls)
+        self.lines = self.c_calls = 0
+        return out
+
+
+_FAKE_TENSOR_FILE = sys.modules[FakeTensorMode.__module__].__file__
+# dispatched only because the tensors are fake (a real tensor's device is a C field): no host work on a GPU's host
+_FAKE_ONLY = {'prim::device', 'prim::layout', 'aten::lift_fresh'}
+
+
 class OpCounter(TorchDispatchMode):
-    """Counts every op dispatched under it (see the module docstring) and the live bytes of the storages it saw."""
+    """Counts every op dispatched under it (see the module docstring), the Python between them (:class:`PythonEvents`,
+    while :meth:`resume`-d) and the live bytes of the storages it saw."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -333,20 +385,22 @@ class OpCounter(TorchDispatchMode):
         self.live = 0
         self.peak = 0
         self._storages: dict[int, tuple] = {}  # storage key -> (weak reference, bytes)
-        self.baseline = 0.0  # seconds the way from a Python call into this mode takes (dispatch_baseline)
-        self._clock: float | None = None  # when the last op returned, while Python time is measured
-        self._python = 0.0  # Python seconds since the last counted call
+        self.events = PythonEvents()
+        self.baseline = (0, 0)  # the lines and C calls of the way into this mode, left out of each (dispatch_baseline)
+        self.counting = False  # whether the Python that runs is counted (resume, pause)
+        self._free = 0  # ops that launch nothing (views, allocations) since the last counted call
 
     def resume(self) -> None:
-        """Measure Python time from now: the time between ops (a model's and this package's Python, less the
-        ``baseline`` of each dispatch), booked on the next counted call as its ``host``."""
-        self._clock = time.perf_counter()
+        """Count the Python from now: what runs between ops (a model's and this package's Python, and the C
+        functions it calls, less the way into this mode at each op), booked on the next counted call."""
+        self.counting = True
+        self.events.start()
 
     def pause(self) -> None:
-        """Stop measuring Python time (the backward walk's own bookkeeping, which the autograd engine does in C++)."""
-        if self._clock is not None:
-            self._python += time.perf_counter() - self._clock
-            self._clock = None
+        """Stop counting the Python (the backward walk's own bookkeeping, which the autograd engine does in C++)."""
+        if self.counting:
+            self.events.stop()
+            self.counting = False
 
     def track(self, t: torch.Tensor) -> None:
         """Count ``t``'s storage as alive until it is freed (a weak reference to the storage itself: a tensor's Python
@@ -354,6 +408,7 @@ class OpCounter(TorchDispatchMode):
         storage = t.untyped_storage()
         key = storage._cdata
         if key not in self._storages:
+            self.collect()  # what was freed before this one was allocated
             self._storages[key] = (StorageWeakRef(storage), storage.nbytes())
             self.live += storage.nbytes()
             self.peak = max(self.peak, self.live)
@@ -365,53 +420,53 @@ class OpCounter(TorchDispatchMode):
             self.live -= self._storages.pop(key)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        counting = self.counting
+        if counting:  # neither the op nor the way into this mode is the Python between ops
+            self.events.stop()
+            self.events.lines -= self.baseline[0]
+            self.events.c_calls -= self.baseline[1]
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            if counting:
+                self.events.start()
+
+    def _dispatch(self, func, args, kwargs):
         name = func._schema.name
         namespace = name.split('::')[0]
         if namespace not in ('aten', 'prim') and not _is_triton_op(name):
             impl = _cuda_impl(name)
-            if impl is not None:  # count what its CUDA implementation runs
-                # entered with the clock stopped (by a C++ autograd node of the backward walk): its Python still runs
-                # on the host
-                paused = self._clock is None
-                if paused:
-                    self.resume()
+            if impl is not None:  # count what its CUDA implementation runs, its Python included
+                # (entered uncounted by a C++ autograd node of the backward walk: its Python still runs on the host)
+                was_counting, self.counting = self.counting, True
+                self.events.start()
                 try:
                     with self:
                         return impl(*args, **kwargs)
                 finally:
-                    if paused:
-                        self.pause()
+                    self.events.stop()
+                    self.counting = was_counting
         if namespace == 'aten' and func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
             # what the op is made of (reached here below autograd, e.g. inside an operator): C++ on a GPU's host,
-            # so the Python clock stops until it returns (the Python before the op is kept)
-            clock = self._clock
-            if clock is not None:
-                self._python += max(0.0, time.perf_counter() - clock - self.baseline)
-                self._clock = None
+            # so its own dispatches are not counted as Python or as ops that launch nothing
+            was_counting, self.counting = self.counting, False
             try:
                 with self:
                     out = func.decompose(*args, **kwargs)
             finally:
-                if clock is not None:
-                    self._clock = time.perf_counter()
+                self.counting = was_counting
             if out is not NotImplemented:
                 return out
-        if self._clock is not None:
-            self._python += max(0.0, time.perf_counter() - self._clock - self.baseline)
-        try:
-            self.collect()
-            out = func(*args, **kwargs)
-            if name in ('aten::convolution', 'aten::convolution_backward'):
-                out = _cudnn_layout(name, args, out)
-            outs = _tensors(out)
-            for t in outs:
-                self.track(t)
-            if not (func.is_view or name in _FREE):
-                self._record(func, name, args, kwargs, out, outs)
-        finally:
-            if self._clock is not None:
-                self._clock = time.perf_counter()
+        out = func(*args, **kwargs)
+        if name in ('aten::convolution', 'aten::convolution_backward'):
+            out = _cudnn_layout(name, args, out)
+        outs = _tensors(out)
+        for t in outs:
+            self.track(t)
+        if not (func.is_view or name in _FREE):
+            self._record(func, name, args, kwargs, out, outs)
+        elif self.counting and name not in _FAKE_ONLY:
+            self._free += 1
         return out
 
     def _record(self, func, name: str, args, kwargs, out, outs: list[torch.Tensor]) -> None:
@@ -456,24 +511,38 @@ class OpCounter(TorchDispatchMode):
                 if not t.is_contiguous():
                     kind = 'transpose16' if t.element_size() <= 2 else 'transpose'
                     self.calls.append(Call('aten::contiguous', span_bytes(t), span_bytes(t), 0, 'simt', kind))
-        host, self._python = self._python, 0.0
-        self.calls.append(Call(name, read, sum(span_bytes(t) for t in outs), flops, unit, cls, host))
+        lines, c_calls = self.events.take()
+        free, self._free = self._free, 0
+        written = sum(span_bytes(t) for t in outs)
+        if name == 'aten::constant_pad_nd' and unit != 'cpu':
+            # ATen's padding is two kernels: it fills the whole padded tensor, then copies the input into it (a
+            # profile books their time under fill_ and copy_)
+            self.calls.append(Call('aten::fill_', 0, written, 0, unit, '', lines, c_calls, free))
+            written = args[0].numel() * outs[0].element_size()
+            name, lines, c_calls, free = 'aten::copy_', 0, 0, 0
+        self.calls.append(Call(name, read, written, flops, unit, cls, lines, c_calls, free))
 
 
-def dispatch_baseline(counter: OpCounter, n: int = 400) -> float:
-    """The median seconds from one Python op call to the next under ``counter`` (in a ``FakeTensorMode``) for a
-    loop with nothing between the calls: the way into the mode, which the ``host`` of a call leaves out."""
+def dispatch_baseline(counter: OpCounter, n: int = 400) -> tuple[int, int]:
+    """The lines and C calls from one Python op call to the next under ``counter`` (in a ``FakeTensorMode``) in a
+    loop with nothing else in it: the way into the mode (the same for every op), which the counted Python leaves
+    out. The loop's own lines are not traced (its frame began before the tracing); its one C call per op, the op
+    itself, is the caller's and stays counted."""
     t = torch.empty(16, device='cuda')
-    counter.baseline, start = 0.0, len(counter.calls)
+    counter.baseline, start = (0, 0), len(counter.calls)
     with counter:
         counter.resume()
         for _ in range(n):
             t.add_(1)
         counter.pause()
-    gaps = sorted(c.host for c in counter.calls[start + 1 :])
+    calls = counter.calls[start + 1 :]
     del counter.calls[start:]
-    counter._python = 0.0
-    return gaps[len(gaps) // 2]
+    counter.events.take()
+    lines = {c.lines for c in calls}
+    c_calls = {c.c_calls - 1 for c in calls}
+    if len(lines) != 1 or len(c_calls) != 1:
+        raise RuntimeError(f'dispatch_baseline: the way into the mode varies: lines {lines}, C calls {c_calls}')
+    return lines.pop(), c_calls.pop()
 
 
 def _graph_held_weakly() -> bool:
@@ -589,7 +658,7 @@ class StepCost:
     _arrays: dict | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
-        calls = [[c.name, c.read, c.written, c.flops, c.unit, c.cls, c.host] for c in self.calls]
+        calls = [[c.name, c.read, c.written, c.flops, c.unit, c.cls, c.lines, c.c_calls, c.free] for c in self.calls]
         return json.dumps(dict(model=self.model, mode=self.mode, batch=self.batch, peak_bytes=self.peak_bytes,
                                calls=calls, method=self.method, kwargs=self.kwargs))  # fmt: skip
 
@@ -608,7 +677,9 @@ class StepCost:
                 bytes=np.array([c.read + c.written for c in self.calls], dtype=np.float64),
                 flops=np.array([c.flops for c in self.calls], dtype=np.float64),
                 unit=np.array([UNITS.index(c.unit) for c in self.calls], dtype=np.int64),
-                host=np.array([c.host for c in self.calls], dtype=np.float64),
+                lines=np.array([c.lines for c in self.calls], dtype=np.float64),
+                c_calls=np.array([c.c_calls for c in self.calls], dtype=np.float64),
+                free=np.array([c.free for c in self.calls], dtype=np.float64),
                 sync=np.array([c.cls == 'sync' for c in self.calls], dtype=bool),
                 device=np.array([c.unit != 'cpu' for c in self.calls], dtype=bool),
             )
@@ -686,15 +757,13 @@ def steady_caches():
 
 def count_step(
     spec: str, train: bool, batch: int = 128, img_size: int = 224, method: str = 'auto', kwargs: dict | None = None,
-    repeats: int | None = None,
 ) -> StepCost:  # fmt: skip
     """Count ``spec`` (a timm name, ``NAME:reparam`` for the deployed model) on fake CUDA tensors: one eval forward,
     or (``train``) forward, cross-entropy, backward and an SGD step. ``method``: every MRConv mixer's, as
     ``scripts/gpu_profile.py`` sets it (``'matmul'``: the matmul methods by length, what 'auto' ran on CUDA before
     torch.fft took the long maps); ``kwargs``: the model's (``combine='scale'``). After one uncounted forward (the
-    first calls' imports and caches), the step runs ``repeats`` times (default 5 for eval, 2 for a training step,
-    whose counting takes up to a minute) and each call's Python time is its least over them (this machine is shared
-    and noisy)."""
+    first calls' imports and caches) and, for training, one uncounted step (as a timed GPU step follows warm-up
+    steps), one counted run; the count is the same on every run of the same code."""
     import timm
     from gpu_profile import set_method
 
@@ -714,19 +783,15 @@ def count_step(
             model(x)
         baseline = dispatch_baseline(OpCounter())
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-6) if train else None  # built once, as a loop does
-        runs = [_count_once(model, x, y, optimizer, baseline) for _ in range(repeats or (2 if train else 5))]
-    calls = runs[-1].calls
-    names = [c.name for c in calls]
-    if any([c.name for c in r.calls] != names for r in runs):
-        raise RuntimeError(f'count_step: the {len(runs)} runs of {spec} dispatched different ops; cannot match them')
-    for i, call in enumerate(calls):
-        call.host = min(r.calls[i].host for r in runs)
-    return StepCost(spec, 'train' if train else 'eval', batch, calls, runs[-1].peak, method, kwargs or {})
+        runs = [_count_once(model, x, y, optimizer, baseline) for _ in range(2 if train else 1)]
+    return StepCost(spec, 'train' if train else 'eval', batch, runs[-1].calls, runs[-1].peak, method, kwargs or {})
 
 
-def _count_once(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer, baseline: float) -> OpCounter:
+def _count_once(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, optimizer, baseline: tuple[int, int]
+) -> OpCounter:
     """One counted eval forward, or (with an ``optimizer``) training step, of a fake CUDA model
-    (:func:`count_step`)."""
+    (:func:`count_step`); ``baseline``: :func:`dispatch_baseline`'s."""
     train = optimizer is not None
     for p in model.parameters():
         p.grad = None
@@ -782,15 +847,26 @@ def device_time(call: Call, gpu: str = 'h100', efficiency: Efficiency = None, la
     return roofline(call, gpu) / eff + lat
 
 
-Issue = float | tuple[float, float] | None
+Issue = float | tuple[float, float, float, float] | None
 
 
-def issue_times(issue: Issue = None) -> tuple[float, float]:
-    """The host's cost of a call ``(seconds per launched op, scale of the Python time measured here)``: ``ISSUE_S``
-    and ``PYTHON_SCALE``, the seconds per op alone (no Python), or the pair."""
+def issue_times(issue: Issue = None) -> tuple[float, float, float, float]:
+    """The host's costs ``(seconds per counted op, per op that launches nothing, per line of Python, per call of a C
+    function)``: ``(ISSUE_S, FREE_S, LINE_S, C_CALL_S)``, the seconds per counted op alone (nothing else on the
+    host), or the four."""
     if issue is None:
-        return ISSUE_S, PYTHON_SCALE
-    return (float(issue), 0.0) if isinstance(issue, int | float) else (float(issue[0]), float(issue[1]))
+        return ISSUE_S, FREE_S, LINE_S, C_CALL_S
+    if isinstance(issue, int | float):
+        return float(issue), 0.0, 0.0, 0.0
+    return tuple(float(v) for v in issue)
+
+
+def host_times(step: StepCost, issue: Issue = None) -> np.ndarray:
+    """Seconds the host spends on each call: its issue time, the ops that launch nothing before it and the events
+    of the Python before it (:class:`Call`), at :func:`issue_times`' costs."""
+    per_op, free, line, c_call = issue_times(issue)
+    arrays = step.arrays()
+    return per_op + free * arrays['free'] + line * arrays['lines'] + c_call * arrays['c_calls']
 
 
 def timeline(
@@ -800,15 +876,14 @@ def timeline(
     issue: Issue = None,
     latency: float | None = None,
 ) -> list[float]:
-    """Seconds each call adds to the run: the host issues each op after the Python before it (its ``host``, scaled)
-    and the op's issue time, and the device runs them in order, each as soon as it is issued and the one before it
-    is done; a call adds its device time plus any wait for the host (so small ops behind a large one cost nothing
-    extra, and a run of small ops costs their host time)."""
-    per_op, scale = issue_times(issue)
+    """Seconds each call adds to the run: the host issues each op after what comes before it (:func:`host_times`),
+    and the device runs them in order, each as soon as it is issued and the one before it is done; a call adds its
+    device time plus any wait for the host (so small ops behind a large one cost nothing extra, and a run of small
+    ops costs their host time)."""
     host = device = 0.0
     added = []
-    for call in step.calls:
-        host += per_op + scale * call.host
+    for call, seconds in zip(step.calls, host_times(step, issue)):
+        host += float(seconds)
         start = max(device, host)
         end = start + device_time(call, gpu, efficiency, latency)
         added.append(end - device)
@@ -829,7 +904,6 @@ def model_time(
     stretch that starts with the host at ``H`` and the device at ``D``, with device times ``d_i``, their prefix sums
     ``S_k`` and the host's times ``h_i``, ends at ``S_n + max(D, max_j (H + h_1 + ... + h_j - S_(j-1)))``; after a
     synchronization the host starts where the device ended, if that is later."""
-    per_op, scale = issue_times(issue)
     spec = GPUS[gpu]
     arrays = step.arrays()
     memory = arrays['bytes'] / spec['bandwidth']
@@ -837,7 +911,7 @@ def model_time(
     costs = np.array([class_cost(c, efficiency, latency) for c in arrays['classes']], dtype=np.float64)
     eff, lat = costs[arrays['class_index'], 0], costs[arrays['class_index'], 1]
     durations = np.where(arrays['device'], np.maximum(memory, compute) / eff + lat, 0.0)
-    hosts = per_op + scale * arrays['host']
+    hosts = host_times(step, issue)
     host = device = 0.0
     bounds = [0, *(np.flatnonzero(arrays['sync']) + 1).tolist(), len(durations)]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -877,27 +951,15 @@ def report(step: StepCost, gpu: str, top: int) -> list[str]:
     return lines
 
 
-# Host-bound rows (batch 1) are counted in this many rounds over the models, each model's least modeled time kept:
-# their time is the Python measured here, and this shared machine slows down for seconds at a time (one count of
-# lightconvnext_t at batch 1 came out at 11.4 ms where three others gave 7.5-8.1).
-HOST_BOUND_ROUNDS = 3
-
-
 def count_all(
-    specs: list[str], batch: int, img_size: int, modes: tuple[str, ...] = ('eval', 'train'), rounds: int = 1,
-    gpu: str = 'h100',
-) -> dict[tuple[str, str], StepCost]:  # fmt: skip
-    """Count every model in ``modes`` (a deployed model has no training step), each in its own process; with
-    ``rounds`` > 1, that many rounds over the models, keeping each one's count of least modeled time on ``gpu``."""
+    specs: list[str], batch: int, img_size: int, modes: tuple[str, ...] = ('eval', 'train')
+) -> dict[tuple[str, str], StepCost]:
+    """Count every model in ``modes`` (a deployed model has no training step), each in its own process."""
     out: dict[tuple[str, str], StepCost] = {}
-    for _ in range(rounds):
-        for spec in specs:
-            for mode in modes:
-                if mode == 'train' and spec.endswith(':reparam'):
-                    continue
-                step = count_in_process(spec, mode, batch, img_size)
-                if (spec, mode) not in out or model_time(step, gpu) < model_time(out[spec, mode], gpu):
-                    out[spec, mode] = step
+    for spec in specs:
+        for mode in modes:
+            if mode != 'train' or not spec.endswith(':reparam'):
+                out[spec, mode] = count_in_process(spec, mode, batch, img_size)
     return out
 
 
@@ -925,11 +987,11 @@ H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gp
 
 
 def _load_constants() -> None:
-    global ISSUE_S, PYTHON_SCALE
+    global ISSUE_S, FREE_S, LINE_S, C_CALL_S
     if CONSTANTS.exists():
         data = json.loads(CONSTANTS.read_text())
         CLASS_COST.update({cls: tuple(v) for cls, v in data['class_cost'].items()})
-        ISSUE_S, PYTHON_SCALE = data['issue_s'], data['python_scale']
+        ISSUE_S, FREE_S, LINE_S, C_CALL_S = data['issue_s'], data['free_s'], data['line_s'], data['c_call_s']
 
 
 _load_constants()
@@ -1072,24 +1134,53 @@ def launch_time(calls: tuple[str, ...] = ('call2', 'call3')) -> float:
     return statistics.median(per_call)
 
 
-def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float], float]:
-    """The class costs (:func:`class_costs`, measured), the host's time per launch (:func:`launch_time`, measured)
-    and the one fitted constant, the scale of the Python time measured here, on a grid that minimizes the mean
-    squared log error of the rows' times plus that of their ratios to convnext_tiny (what the model is used for):
-    ``(class costs, (launch time, python scale), loss)``. (Fitted together, the two host constants trade one for
-    the other along a flat valley of the loss, so the launch time is measured instead.)"""
+def launches_nothing(name: str) -> bool:
+    """Whether an op of a profile launches no kernel on a GPU: a view (any overload of it, e.g. ``aten::reshape``)
+    or an allocation or alias (``_FREE``), not one dispatched only because the tensors are fake (``_FAKE_ONLY``)."""
+    if name in _FREE:
+        return name not in _FAKE_ONLY
+    namespace, _, op = name.partition('::')
+    packet = getattr(torch.ops.aten, op, None) if namespace == 'aten' else None
+    return packet is not None and any(getattr(packet, o).is_view for o in packet.overloads())
+
+
+def free_time(calls: tuple[str, ...] = ('call2', 'call3')) -> float:
+    """The GPU host's seconds per op that launches nothing (:func:`launches_nothing`), measured: the median over
+    the profiled rows of these calls of their pooled self CPU time per call (the profiler's own cost included)."""
+    per_row = []
+    for call in calls:
+        for row in profile_rows(call):
+            entries = [e for name, e in row['ops'].items() if len(e) > 3 and launches_nothing(name)]
+            if sum(e[0] for e in entries):
+                per_row.append(sum(e[3] for e in entries) / sum(e[0] for e in entries) * 1e-6)
+    if not per_row:
+        raise ValueError(f'free_time: no self CPU times of ops that launch nothing in the profiles of {calls}')
+    return statistics.median(per_row)
+
+
+# the fitted host constants' grid: 0 to 1 µs per line of Python, 0 to 10 µs per call of a C function
+LINE_GRID = [i * 50e-9 for i in range(21)]
+C_CALL_GRID = [i * 100e-9 for i in range(101)]
+
+
+def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float, float, float], float]:
+    """The class costs (:func:`class_costs`, measured), the host's time per counted op (:func:`launch_time`,
+    measured) and per op that launches nothing (:func:`free_time`, measured), and the two fitted constants, the
+    seconds per line of Python and per call of a C function, on a grid (``LINE_GRID`` x ``C_CALL_GRID``) that
+    minimizes the mean squared log error of the rows' times plus that of their ratios to convnext_tiny (what the
+    model is used for): ``(class costs, (launch time, free time, line time, C call time), loss)``."""
     table = {cls: (e['efficiency'], e['latency']) for cls, e in class_costs(pairs, gpu).items() if 'efficiency' in e}
     table.setdefault('other', CLASS_COST['other'])
-    launch = launch_time()
+    launch, free = launch_time(), free_time()
 
-    def loss(issue: tuple[float, float]) -> float:
+    def loss(issue: tuple[float, float, float, float]) -> float:
         rows = compare_rows(pairs, gpu, table, issue)
         ratios = [r['ratio_error'] for r in rows if r.get('ratio_error') is not None and r['model'] != 'convnext_tiny']
         return statistics.fmean(math.log1p(r['ms_error']) ** 2 for r in rows) + statistics.fmean(
             math.log1p(e) ** 2 for e in ratios
         )
 
-    best = min(((launch, scale / 100) for scale in range(0, 201)), key=loss)
+    best = min(((launch, free, line, c_call) for line in LINE_GRID for c_call in C_CALL_GRID), key=loss)
     return table, best, loss(best)
 
 
@@ -1138,8 +1229,9 @@ LIMITS = """## What the model sees and what it does not
 It counts what eager PyTorch dispatches on fake CUDA tensors (bf16 autocast, channels-last), the CUDA paths of this
 package's engines included, and models each op as its roofline time (the slower of its bytes at the bandwidth and
 its FLOPs at its unit's rate) over its class's measured efficiency plus its class's measured latency, on a device fed
-by a host that issues each op after the Python before it, measured on this machine and scaled, and a fixed dispatch
-and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
+by a host that issues each op after what runs before it (the Python, counted in lines and calls of C functions, and
+the ops that launch nothing) and a fixed dispatch and launch time (`scripts/gpu_cost.py`'s docstring). It does not
+see:
 - **fusion**: `torch.compile` fuses pointwise ops into their neighbours; the model counts eager (every op through
   memory), so it says nothing of the compiled tables;
 - **L2 reuse**: a tensor read again while it is still in the 50-60 MB L2 is counted twice;
@@ -1149,22 +1241,22 @@ and launch time (`scripts/gpu_cost.py`'s docstring). It does not see:
 - **shapes within a class**: a class has one efficiency and one latency. Transposes differ by which dimensions they
   swap; GEMMs by their tile fit; gathers and scatters by their index pattern (`index_add_` into a small kernel from
   many positions serializes on atomics; an accumulating `index_put` walks each destination's duplicates in turn);
-- **the host beyond Python**: the Python between ops is measured here (the least of repeated runs; this machine is
-  shared) and scaled by one fitted factor, as if this machine's Python and the GPU host's differed by one number;
-  synchronizations, the allocator and the driver are in one measured time per launch (`launch_time`, the
-  profiled self CPU time of one-kernel ops; the autograd recording of a training forward is in both it and the
-  Python measured here). On the H200 host the Toeplitz
-  path at batch 8 took about 13 ms per step more than its ops' host time (call 2), which the Python measured here
-  does not show;
+- **the host beyond a count**: the Python between ops is counted in lines executed and calls of C functions, at
+  one fitted time each, as if every line and every call cost the same; the Python bindings' argument parsing and
+  the C++ of composite ops that decompose before they reach the counter (`linear` into `t` and `addmm`, `to` into
+  `_to_copy`) are in the time per call. Ops that
+  launch nothing cost one measured time each (`free_time`); synchronizations, the allocator and the driver are in
+  one measured time per launch (`launch_time`, the profiled self CPU time of one-kernel ops, the autograd recording
+  of a training forward included). The GPU hosts themselves differ: convnext_tiny's batch-1 forward, host-bound,
+  took 6.2 ms on three H200 machines and 9.6 ms on a fourth (call 2);
 - **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels;
 - **first calls**: the counted runs find the package's size-only caches (Fourier bases, tap indices) filled, as a
   GPU's later calls do; what a first call costs (building them on the host, copying them over) is not counted.
 
-The Python measured here varies between counts of the same code: convnext_tiny's batch-1 forward counted three times
-in a row on an idle machine gave 9.6, 2.3 and 6.0 ms of Python (the dispatch baseline subtracted from each op is
-15-30 µs, larger than the Python between most ops). Host-bound rows (batch 1, and steps where the host is near the
-device) move with it; the tables give the device time beside the modeled time, and a change to the kernels is read
-by the device time.
+Every count of the same code gives the same numbers (the host too: it is counted, not timed). Until 2026-11-27 the
+host was the Python time measured here, which varied 2x between counts of the same code on this shared machine
+(mrconvnext_t's deployed batch-1 forward: 37 to 69 ms modeled). The tables give the device time beside the modeled
+time: a change to the kernels is read by the device time, a change to the Python by the modeled time.
 
 Trust it only where a row's predicted ratio fell within 20 % of the measured one in `cost-model-calibration.md`
 (the misses are in bold there), and read a predicted change as a direction and an order of magnitude, confirmed on
@@ -1245,7 +1337,18 @@ def calibrate(out: Path) -> None:
     costs = {cls: [round(e, 4), round(lat * 1e9) / 1e9] for cls, (e, lat) in sorted(table.items())}
     source = f'{(PROFILES / "call1").relative_to(ROOT)} ({", ".join(sorted(lacked))}: {CALL_DIRS["call4"].relative_to(ROOT)})'
     CONSTANTS.write_text(
-        json.dumps(dict(class_cost=costs, issue_s=issue[0], python_scale=issue[1], gpu=gpu, source=source), indent=1)
+        json.dumps(
+            dict(
+                class_cost=costs,
+                issue_s=issue[0],
+                free_s=issue[1],
+                line_s=issue[2],
+                c_call_s=issue[3],
+                gpu=gpu,
+                source=source,
+            ),
+            indent=1,
+        )  # fmt: skip
         + '\n'
     )
     lines = ["# The GPU cost model's calibration", '', *header]
@@ -1291,13 +1394,20 @@ def calibrate(out: Path) -> None:
             )
     lines += [
         '',
-        "The host's cost of an op: **"
-        f'{issue[0] * 1e6:.1f} µs** of dispatch and launch, measured (`launch_time`: the median self CPU time per call '
-        f"of {', '.join(f'`{n}`' for n in LAUNCH_OPS)} in the profiles of calls 2 and 3, the profiler's own cost "
-        f"included), and **{issue[1]:.2f}** s of the GPU host's Python per second of the Python measured between the "
-        'ops here, the one fitted constant (grid search on call 1: the least mean squared log error of the predicted '
-        f'ms plus that of the predicted ratios, {loss:.4f}). Fitted together, the two trade one for the other along '
-        'a flat valley of that error, so the first is measured.',
+        "The host's cost of a call: **"
+        f'{issue[0] * 1e6:.1f} µs** of dispatch and launch per counted op, measured (`launch_time`: the median self '
+        f'CPU time per call of {", ".join(f"`{n}`" for n in LAUNCH_OPS)} in the profiles of calls 2 and 3, the '
+        f"profiler's own cost included); **{issue[1] * 1e6:.2f} µs** per op before it that launches nothing (views, "
+        'allocations), measured the same way (`free_time`: the median over those rows of the pooled self CPU time per '
+        f'call of such ops); and **{issue[2] * 1e9:.0f} ns** per line of the Python before it and '
+        f'**{issue[3] * 1e6:.2f} µs** per call of a C function from it (counted here, `PythonEvents`, the same on '
+        'every count of the same code), the two fitted constants (grid search on call 1: the least mean squared log '
+        f'error of the predicted ms plus that of the predicted ratios, {loss:.4f}). A call of a C function from '
+        "Python stands for what the profiles' self CPU times leave out: the Python bindings' argument parsing of "
+        'each torch function and method called, and the C++ of the composite ops they enter (`linear`, `to`); the '
+        'fit leaves little or nothing to the lines themselves. One time per line or per call is a simplification: '
+        'the host-bound rows of the matmul methods at e065b57 (calls 1 and 2, batch 1 and 8) took 10-12 ms more on the '
+        'GPU host than those of the FFT, which the counts do not show.',
         '',
         '## Call 1 (in sample)',
         '',
@@ -1358,9 +1468,8 @@ MRCONV_ROWS = [  # (label, spec, mode, batch, model kwargs): issue 40's targets
 
 
 def device_total(step: StepCost, gpu: str = 'h100') -> float:
-    """Seconds the device is busy in a counted run: the sum of its calls' device times, no host. Unlike the modeled
-    time it does not depend on the Python measured here, which varies between counts of the same code (up to 4x for
-    convnext_tiny's batch-1 forward on this machine), so it is what a change to the kernels is read by."""
+    """Seconds the device is busy in a counted run: the sum of its calls' device times, no host: what a change to
+    the kernels is read by, where the modeled time also moves with the Python."""
     return sum(device_time(c, gpu) for c in step.calls)
 
 
@@ -1377,9 +1486,7 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
     ]
     for label, spec, mode, batch, kwargs in MRCONV_ROWS:
         for name, code in codes:
-            rounds = HOST_BOUND_ROUNDS if batch == 1 else 1
-            steps = [count_in_process(spec, mode, batch, 224, 'auto', kwargs, code=code) for _ in range(rounds)]
-            step = min(steps, key=lambda s: model_time(s, gpu))
+            step = count_in_process(spec, mode, batch, 224, 'auto', kwargs, code=code)
             t, dev = model_time(step, gpu), device_total(step, gpu)
             key = 'eval1' if batch == 1 else 'eval128' if mode == 'eval' else 'train'
             ref, ref_dev = base[key], base[f'{key}_device']
@@ -1397,7 +1504,7 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     command = f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}'
     header = _header(command + (f' --before {before}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
-    one = count_all(FAMILIES_T, 1, 224, modes=('eval',), rounds=HOST_BOUND_ROUNDS, gpu=gpu)
+    one = count_all(FAMILIES_T, 1, 224, modes=('eval',))
     steps = {'eval128': big['convnext_tiny', 'eval'], 'eval1': one['convnext_tiny', 'eval'],
              'train': big['convnext_tiny', 'train']}  # fmt: skip
     base = {key: model_time(step, gpu) for key, step in steps.items()}
