@@ -342,6 +342,7 @@ class PythonEvents:
     def __init__(self) -> None:
         self.lines = 0
         self.c_calls = 0
+        self._outer: tuple = (None, None)  # the trace and profile functions to give back (a coverage tool's)
 
     def _call(self, frame, event, arg):
         return None if frame.f_code.co_filename == _FAKE_TENSOR_FILE else self._line
@@ -356,12 +357,13 @@ class PythonEvents:
             self.c_calls += 1
 
     def start(self) -> None:
+        self._outer = sys.gettrace(), sys.getprofile()
         sys.settrace(self._call)
         sys.setprofile(self._profile)
 
     def stop(self) -> None:
-        sys.setprofile(None)
-        sys.settrace(None)
+        sys.setprofile(self._outer[1])
+        sys.settrace(self._outer[0])
 
     def take(self) -> tuple[int, int]:
         """``(lines, C calls)`` since the last take (none below zero: see :meth:`OpCounter.__torch_dispatch__`)."""
@@ -613,9 +615,11 @@ def walk_backward(root, grad: torch.Tensor, counter: OpCounter | None = None) ->
                      for g, m in zip(grads, metas)]  # fmt: skip
             if counter is not None:  # its backward is Python, which the host runs
                 counter.resume()
-            outs = node.apply(*grads)
-            if counter is not None:
-                counter.pause()
+            try:
+                outs = node.apply(*grads)
+            finally:
+                if counter is not None:
+                    counter.pause()
             outs = outs if isinstance(outs, tuple) else (outs,)
             edges = [e for e in edges if e[0] is not None]
             outs = [g for g, need in zip(outs, node.needs_input_grad) if need]
@@ -801,19 +805,21 @@ def _count_once(
         counter.track(t)
     with counter:
         counter.resume()
-        with fake_cuda_autocast(), torch.set_grad_enabled(train):
-            out = model(x)
-            loss = torch.nn.functional.cross_entropy(out, y) if train else None
-        del out
-        if train:
-            root, ones = loss.grad_fn, torch.ones_like(loss)
-            del loss
+        try:
+            with fake_cuda_autocast(), torch.set_grad_enabled(train):
+                out = model(x)
+                loss = torch.nn.functional.cross_entropy(out, y) if train else None
+            del out
+            if train:
+                root, ones = loss.grad_fn, torch.ones_like(loss)
+                del loss
+                counter.pause()
+                walk_backward(root, ones, counter)
+                counter.resume()
+                del root
+                optimizer.step()
+        finally:  # the tracing ends with the run, whatever happens in it
             counter.pause()
-            walk_backward(root, ones, counter)
-            counter.resume()
-            del root
-            optimizer.step()
-        counter.pause()
     return counter
 
 

@@ -377,6 +377,34 @@ def test_the_python_between_two_ops_is_booked_on_the_second():
     assert [(c.lines, c.c_calls) for c in base[5:i]] == [(0, 0)] * (i - 5)
 
 
+def test_the_counting_gives_back_the_trace_functions_it_found_even_when_the_model_fails():
+    """A coverage tool's trace and profile functions are back in place after a counted run, also one that raises."""
+
+    def outer_trace(frame, event, arg):
+        return None
+
+    def outer_profile(frame, event, arg):
+        return None
+
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            x = x * 2  # an op, then the failure
+            raise RuntimeError('broken model')
+
+    saved = sys.gettrace(), sys.getprofile()
+    try:
+        with FakeTensorMode():
+            x = torch.randn(4, 4, device='cuda')
+            sys.settrace(outer_trace)
+            sys.setprofile(outer_profile)
+            with pytest.raises(RuntimeError, match='broken model'):
+                gpu_cost._count_once(Fails(), x, None, None, (0, 0))
+            assert (sys.gettrace(), sys.getprofile()) == (outer_trace, outer_profile)
+    finally:
+        sys.settrace(saved[0])
+        sys.setprofile(saved[1])
+
+
 def test_the_depthwise_conv_kernel_and_its_copies_are_those_a_gpu_runs():
     """A channels-last 2-D depthwise conv runs cuDNN's kernels (``conv_dw``); a 1-D one of a (N, L, C) map seen as
     (N, C, L) runs torch's own after a transposing copy of its input (forward) and of its input and gradient
