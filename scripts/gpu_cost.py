@@ -343,6 +343,7 @@ class PythonEvents:
         self.lines = 0
         self.c_calls = 0
         self._outer: tuple = (None, None)  # the trace and profile functions to give back (a coverage tool's)
+        self.active = False
 
     def _call(self, frame, event, arg):
         return None if frame.f_code.co_filename == _FAKE_TENSOR_FILE else self._line
@@ -357,13 +358,18 @@ class PythonEvents:
             self.c_calls += 1
 
     def start(self) -> None:
-        self._outer = sys.gettrace(), sys.getprofile()
-        sys.settrace(self._call)
-        sys.setprofile(self._profile)
+        if not self.active:
+            self.active = True
+            self._outer = sys.gettrace(), sys.getprofile()
+            sys.settrace(self._call)
+            sys.setprofile(self._profile)
 
     def stop(self) -> None:
-        sys.setprofile(self._outer[1])
-        sys.settrace(self._outer[0])
+        if self.active:
+            sys.setprofile(self._outer[1])
+            sys.settrace(self._outer[0])
+            self.c_calls -= 1  # the call of setprofile just made
+            self.active = False
 
     def take(self) -> tuple[int, int]:
         """``(lines, C calls)`` since the last take (none below zero: see :meth:`OpCounter.__torch_dispatch__`)."""
@@ -441,12 +447,14 @@ class OpCounter(TorchDispatchMode):
             if impl is not None:  # count what its CUDA implementation runs, its Python included
                 # (entered uncounted by a C++ autograd node of the backward walk: its Python still runs on the host)
                 was_counting, self.counting = self.counting, True
-                self.events.start()
                 try:
-                    with self:
-                        return impl(*args, **kwargs)
+                    with self:  # entering the mode is not the operator's Python
+                        self.events.start()
+                        try:
+                            return impl(*args, **kwargs)
+                        finally:
+                            self.events.stop()
                 finally:
-                    self.events.stop()
                     self.counting = was_counting
         if namespace == 'aten' and func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
             # what the op is made of (reached here below autograd, e.g. inside an operator): C++ on a GPU's host,
@@ -534,9 +542,11 @@ def dispatch_baseline(counter: OpCounter, n: int = 400) -> tuple[int, int]:
     counter.baseline, start = (0, 0), len(counter.calls)
     with counter:
         counter.resume()
-        for _ in range(n):
-            t.add_(1)
-        counter.pause()
+        try:
+            for _ in range(n):
+                t.add_(1)
+        finally:
+            counter.pause()
     calls = counter.calls[start + 1 :]
     del counter.calls[start:]
     counter.events.take()
@@ -1247,10 +1257,11 @@ see:
 - **shapes within a class**: a class has one efficiency and one latency. Transposes differ by which dimensions they
   swap; GEMMs by their tile fit; gathers and scatters by their index pattern (`index_add_` into a small kernel from
   many positions serializes on atomics; an accumulating `index_put` walks each destination's duplicates in turn);
-- **the host beyond a count**: the Python between ops is counted in lines executed and calls of C functions, at
-  one fitted time each, as if every line and every call cost the same; the Python bindings' argument parsing and
-  the C++ of composite ops that decompose before they reach the counter (`linear` into `t` and `addmm`, `to` into
-  `_to_copy`) are in the time per call. Ops that
+- **the host beyond a count**: the Python between ops is counted in lines executed and calls of C functions (torch
+  functions, tensor methods and builtins alike; operator syntax such as `y * 3` makes none), at one fitted time
+  each, as if every line and every call cost the same; the Python bindings' argument parsing and the C++ of
+  composite ops that decompose before they reach the counter (`linear` into `t` and `addmm`, `to` into `_to_copy`)
+  are in the time per call. Ops that
   launch nothing cost one measured time each (`free_time`); synchronizations, the allocator and the driver are in
   one measured time per launch (`launch_time`, the profiled self CPU time of one-kernel ops, the autograd recording
   of a training forward included). The GPU hosts themselves differ: convnext_tiny's batch-1 forward, host-bound,
@@ -1408,10 +1419,12 @@ def calibrate(out: Path) -> None:
         f'call of such ops); and **{issue[2] * 1e9:.0f} ns** per line of the Python before it and '
         f'**{issue[3] * 1e6:.2f} µs** per call of a C function from it (counted here, `PythonEvents`, the same on '
         'every count of the same code), the two fitted constants (grid search on call 1: the least mean squared log '
-        f'error of the predicted ms plus that of the predicted ratios, {loss:.4f}). A call of a C function from '
-        "Python stands for what the profiles' self CPU times leave out: the Python bindings' argument parsing of "
-        'each torch function and method called, and the C++ of the composite ops they enter (`linear`, `to`); the '
-        'fit leaves little or nothing to the lines themselves. One time per line or per call is a simplification: '
+        f'error of the predicted ms plus that of the predicted ratios, {loss:.4f}). A C call is any call of a C '
+        'function from Python as `sys.setprofile` reports it: torch functions and tensor methods (`torch.cat`, '
+        '`.view()`, `.sum()`) and builtins (`isinstance`, `len`) alike; operator syntax (`y * 3`) dispatches without '
+        "one. Its fitted time stands for what the profiles' self CPU times leave out, spread over all such calls: "
+        "the bindings' argument parsing and the C++ of the composite ops they enter (`linear`, `to`); the fit leaves "
+        'little or nothing to the lines themselves. One time per line or per call is a simplification: '
         'the host-bound rows of the matmul methods at e065b57 (calls 1 and 2, batch 1 and 8) took 10-12 ms more on the '
         'GPU host than those of the FFT, which the counts do not show.',
         '',

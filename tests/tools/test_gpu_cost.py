@@ -337,10 +337,10 @@ def _count_program(forward_lines: int, backward_lines: int) -> list:
 
     with FakeTensorMode():
         x = torch.randn(8, 8, device='cuda', requires_grad=True)
-        counter = gpu_cost.OpCounter()
-        counter.baseline = gpu_cost.dispatch_baseline(gpu_cost.OpCounter())
+        baseline = gpu_cost.dispatch_baseline(gpu_cost.OpCounter())
         for _ in range(2):
-            counter.calls.clear()
+            counter = gpu_cost.OpCounter()
+            counter.baseline = baseline
             with counter:
                 counter.resume()
                 z = forward(x)

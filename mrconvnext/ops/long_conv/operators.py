@@ -99,6 +99,8 @@ def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
 def _setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0], inputs[1])  # x and the kernels; inputs holds only the arguments given
     ctx.zero_lag = inputs[2]
+    # the bias's gradient in its own dtype (the kernels'), summed from an output gradient that may be half precision
+    ctx.bias_dtype = inputs[3].dtype if len(inputs) > 3 and inputs[3] is not None else None
 
 
 def _define(name: str, engine: Callable):
@@ -126,7 +128,7 @@ def _define(name: str, engine: Callable):
         need = ctx.needs_input_grad  # one entry per argument given (no bias entry when the default None is used)
         need_x, need_k, need_b = need[0], need[1], len(need) > 3 and need[3]
         grad_x, grad_k = bwd(grad_y, x, kernel, ctx.zero_lag, need_x, need_k)
-        grad_b = grad_y.sum((0, 1, 3)) if need_b else None
+        grad_b = grad_y.sum((0, 1, 3), dtype=ctx.bias_dtype) if need_b else None
         return (grad_x if need_x else None), (grad_k if need_k else None), None, grad_b
 
     fwd.register_autograd(grad, setup_context=_setup)

@@ -114,10 +114,16 @@ def test_a_half_input_is_cast_as_it_is_padded(op, dtype, N, with_bias):
     fwd, bwd = getattr(lc_ops, op), getattr(lc_ops, f'{op}_backward')
     x = torch.randn(2, 5, 37).to(dtype).transpose(1, 2).contiguous().transpose(1, 2)  # channels-last
     k = torch.randn(N, 5, 51)
-    b = torch.randn(5) if with_bias else None
+    b = torch.randn(5, requires_grad=True) if with_bias else None
     y = fwd(x, k, 20, b)
     assert y.dtype == dtype
-    assert torch.equal(y, fwd(x.float(), k, 20, b).to(dtype))
+    y_cast = fwd(x.float(), k, 20, b)
+    assert torch.equal(y, y_cast.to(dtype))
+    if with_bias:  # through autograd: the bias's gradient, summed in float32 from the half-precision gradient
+        g_y = torch.randn_like(y)
+        (gb,) = torch.autograd.grad(y, b, g_y)
+        (ref_b,) = torch.autograd.grad(y_cast, b, g_y.float())
+        assert gb.dtype == torch.float32 and torch.equal(gb, ref_b)
     g = torch.randn(2, N, 5, 37).to(dtype)
     gx, gk = bwd(g, x, k, 20, True, True)
     ref_x, ref_k = bwd(g.float(), x.float(), k, 20, True, True)
