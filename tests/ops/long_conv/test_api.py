@@ -119,6 +119,11 @@ def test_a_half_input_is_cast_as_it_is_padded(op, dtype, N, with_bias):
     assert y.dtype == dtype
     y_cast = fwd(x.float(), k, 20, b)
     assert torch.equal(y, y_cast.to(dtype))
+    # and against the float64 tap loop: the float32 result rounded once to the half dtype
+    ref = torch.stack([shifted_sum_conv(x.double(), k[i].double(), 20) for i in range(N)], 1)
+    ref = ref if b is None else ref + b.detach().double()[:, None]
+    tol = torch.finfo(dtype).eps * ref.abs() + 1e-5 * ref.abs().max()
+    assert ((y.double() - ref).abs() <= tol).all()
     if with_bias:  # through autograd: the bias's gradient, summed in float32 from the half-precision gradient
         g_y = torch.randn_like(y)
         (gb,) = torch.autograd.grad(y, b, g_y)
