@@ -6,7 +6,9 @@
 Each form is a plain PyTorch function of the package (the engines ``'auto'`` picks under ``torch.onnx.export`` and
 the alternatives they were chosen against), exported alone with ``torch.onnx.export(..., dynamo=True)`` and timed
 in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs after three warm-up runs). The shapes are
-ConvNeXt-atto's and -T's stages (channels, map). The maximum error against the float64 specification, relative to
+ConvNeXt-atto's and -T's stages (channels, map); each is exported at its batch (a static batch: the ONNX engine's
+row products take the form that batch picks, ``engine_onnx.ONNX_DFT_MAX_BATCH``; ``blocks`` and ``dft`` force
+one). The maximum error against the float64 specification, relative to
 the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
 DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
@@ -83,7 +85,9 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
             for C, L in shapes[:limit]:
                 x, k = torch.randn(B, C, L, generator=g), torch.randn(1, C, 2 * L - 1, generator=g) / L
                 forms = {'toeplitz': engine_torch.toeplitz_conv, 'rowdft/torch': engine_torch.rowdft_conv,
-                         'rowdft/onnx': engine_onnx.rowdft_conv}  # fmt: skip
+                         'rowdft/onnx': engine_onnx.rowdft_conv,  # the row products as the batch picks
+                         'rowdft/onnx blocks': lambda x, k, z: engine_onnx.rowdft_conv(x, k, z, rows='blocks'),
+                         'rowdft/onnx dft': lambda x, k, z: engine_onnx.rowdft_conv(x, k, z, rows='dft')}  # fmt: skip
                 if L > 1000:
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
                 square = row_grid(L)

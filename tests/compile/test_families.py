@@ -97,17 +97,20 @@ def test_export_save_load_round_trip(name, tmp_path):
         _close(loaded(x), model(x), 1e-5)
 
 
-def _onnx_check(model, path, x) -> None:
+def _onnx_check(model, path, *xs: torch.Tensor):
+    """Standard-domain nodes only, and onnxruntime within 1e-4 of PyTorch on each input; returns the graph."""
     import onnx
     import onnxruntime as ort  # in the [test] extra, with onnxscript (the dynamo exporter): a hard requirement here
 
     graph = onnx.load(str(path)).graph
     assert {n.domain for n in graph.node} <= {'', 'ai.onnx'}, 'only standard ONNX operators'
     session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
-    with torch.no_grad():
-        ref = model(x)
-    assert (y - ref).abs().max().item() <= 1e-4, (y - ref).abs().max().item()
+    for x in xs:
+        y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+        with torch.no_grad():
+            ref = model(x)
+        assert (y - ref).abs().max().item() <= 1e-4, (y - ref).abs().max().item()
+    return graph
 
 
 # The deployed models at the nominal size go through the same exporter in tests/tools/test_timm_scripts.py (timm's
@@ -118,12 +121,17 @@ def _onnx_check(model, path, x) -> None:
 )
 def test_plain_onnx_export_through_onnxruntime(name, deploy, size, tmp_path):
     """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step: the
-    mixers trace their ONNX forms at a size other than the nominal one (the mixers' size rules), batch axis dynamic."""
+    mixers trace their ONNX forms at a size other than the nominal one (the mixers' size rules), batch axis dynamic.
+    Checked at batch 1 and 3: MRConv's long maps hold both forms of the row products in an ``If`` on the batch
+    (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
     model = _model(name, deploy=deploy)
     path = tmp_path / 'model.onnx'
     x = torch.randn(2, 3, size, size)
     torch.onnx.export(model, (x,), str(path), dynamo=True, dynamic_shapes=({0: 'batch'},), external_data=False)
-    _onnx_check(model, path, torch.randn(3, 3, size, size))
+    graph = _onnx_check(model, path, torch.randn(3, 3, size, size), torch.randn(1, 3, size, size))
+    if name.startswith('mrconvnext'):
+        branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
+        assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
 
 
 @pytest.mark.parametrize('name', FAMILIES)

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from ..symbolic import static_size
-from .grid import row_dft, row_grid, row_idft, toeplitz_blocks
+from .grid import kernel_spectrum_2d, row_cdft, row_cidft, row_dft, row_grid, row_idft, toeplitz_blocks
 
-__all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
+__all__ = ['ONNX_DFT_MAX_BATCH', 'ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 
 # Row length Q of the folded sequence past 256 positions: the blocks take 16 Q^2 bytes per channel and frequency, the
 # DFTs 4 P multiply-adds per position. ONNX Runtime 1.32 on 2 threads of a Xeon (docs/benchmarks.md's ONNX forms
@@ -30,6 +30,10 @@ __all__ = ['ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 # against 16.1 / 37.6 on its own 56 x 56 grid, stage 2 (192 x 784) 4.1 / 11.5 against 5.2 / 14.0; atto's stage 1
 # 3.5 / 15.8 against 5.4 / 16.9. Batch 1 reads the blocks once per image, so it gains most; rows of 32 fell between.
 ONNX_ROW_WIDTH = 16
+# The largest batch whose Toeplitz products along the rows run as identity 4 (a complex DFT along the rows, the
+# kernel's spectrum, the inverse: 16 Q multiply-adds per position at GEMM speed, 16 bytes of spectrum per position)
+# rather than as blocks (4 Q multiply-adds, but 16 Q bytes of blocks per position, read once per batch).
+ONNX_DFT_MAX_BATCH = 2
 # The DFT over the P rows stays one dense (2P, P) matrix although it is most of the arithmetic at batch 8 (4 P
 # multiply-adds per position against the blocks' 4 Q). A factored DFT (Cooley-Tukey as a real (2 N1, R1) product and
 # N1 batched (2 F2, 2 N2) products with the twiddles folded in: about 5x fewer multiply-adds at ConvNeXt-atto's
@@ -60,24 +64,90 @@ def _frequency_major(m: torch.Tensor, n: int, dim: int) -> torch.Tensor:
 
 
 def rowdft_conv(
-    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, grid: tuple[int, int] | None = None
+    x: torch.Tensor,
+    kernel: torch.Tensor,
+    zero_lag: int,
+    grid: tuple[int, int] | None = None,
+    rows: str = 'auto',
 ) -> torch.Tensor:
     """Identity 2 on the transposed grid: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)``, in ``x``'s
-    dtype; ``grid``: ``(P, Q)`` with ``(P - 1) Q < L <= P Q`` (default :func:`onnx_grid`; the benchmark's others)."""
+    dtype; ``grid``: ``(P, Q)`` with ``(P - 1) Q < L <= P Q`` (default :func:`onnx_grid`; the benchmark's others).
+
+    ``rows``: how the Toeplitz products along the rows run, ``'blocks'`` (a ``2Q x 2Q`` matrix per channel and
+    frequency), ``'dft'`` (identity 4: a complex DFT along the rows, the kernel's 2-D spectrum, the inverse) or
+    ``'auto'``: ``'dft'`` for batches of at most :data:`ONNX_DFT_MAX_BATCH`, else ``'blocks'``; a symbolic batch
+    (an export with a dynamic batch axis) gets both, chosen at run time (``torch.cond``: an ONNX ``If``), and the
+    TorchScript exporter's trace, which has no conditional, the blocks."""
+    if rows not in ('auto', 'blocks', 'dft'):
+        raise ValueError(f"rowdft_conv: rows must be 'auto', 'blocks' or 'dft', got {rows!r}")
     B, C, L = x.shape
     C, L = static_size(C), static_size(L)  # TorchScript's trace: sizes as tensors (the batch stays traced)
     N = kernel.shape[0]
     P, Q = onnx_grid(L) if grid is None else grid
-    # blocks (batch f C + c, row 2 w' + s, column 2 w + r) of the transposed grid, reordered to batch c P + f, rows
-    # (r, w), columns (s, w'): the right-hand factor of each channel and frequency. They depend on the kernel alone
-    # (an exported graph folds them)
-    blocks = toeplitz_blocks(kernel, zero_lag, Q, P, x.dtype, transposed=True).view(N, P, C, Q, 2, Q, 2)
-    blocks = blocks.permute(0, 2, 1, 6, 5, 4, 3).reshape(N, C * P, 2 * Q, 2 * Q)
+    if rows == 'auto':
+        if torch.jit.is_tracing():
+            rows = 'blocks'
+        elif not isinstance(B, torch.SymInt):
+            rows = 'dft' if B <= ONNX_DFT_MAX_BATCH else 'blocks'
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
     dft = _frequency_major(row_dft(P, x.dtype, x.device), P, 0)  # (2P, P): rows (f, r)
-    spec = torch.matmul(dft, xp.view(B, C, P, Q))  # (B, C, (f, r), Q)
-    spec = spec.view(B, C * P, 2 * Q).transpose(0, 1)  # (c f, b, (r, w))
-    out = torch.matmul(spec, blocks)  # (N, C P, B, (s, w'))
-    out = out.view(N, C * P, B, 2 * Q).permute(2, 0, 1, 3).reshape(B, N, C, 2 * P, Q)  # (b, n, c, (f, s), w')
+    spec = torch.matmul(dft, xp.view(B, C, P, Q))  # (B, C, (f, r), Q): per (c, f) a row [re | im] of Q points
+    # the kernel-derived operands depend on the kernel alone (an exported graph folds them)
+    blocks = _blocks(kernel, zero_lag, P, Q, x.dtype) if rows in ('auto', 'blocks') else None
+    dft_ops = _dft_operands(kernel, zero_lag, P, Q, x.dtype) if rows in ('auto', 'dft') else None
+    if rows == 'blocks':
+        out = _rows_by_blocks(spec, blocks)
+    elif rows == 'dft':
+        out = _rows_by_dft(spec, *dft_ops)
+    else:
+        out = torch.cond(B <= ONNX_DFT_MAX_BATCH, _by_dft, _by_blocks, (spec, blocks, *dft_ops))
+    # out: (B, N, C, (f, s), Q)
     y = torch.matmul(_frequency_major(row_idft(P, x.dtype, x.device), P, 1), out)  # (B, N, C, P, Q)
     return y.reshape(B, N, C, P * Q)[..., :L]
+
+
+def _blocks(kernel: torch.Tensor, zero_lag: int, P: int, Q: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(N, C P, 2Q, 2Q)``: blocks (batch f C + c, row 2 w' + s, column 2 w + r) of the transposed grid, reordered
+    to batch c P + f, rows (r, w), columns (s, w'): the right-hand factor of each channel and frequency."""
+    N, C = kernel.shape[:2]
+    blocks = toeplitz_blocks(kernel, zero_lag, Q, P, dtype, transposed=True).view(N, P, C, Q, 2, Q, 2)
+    return blocks.permute(0, 2, 1, 6, 5, 4, 3).reshape(N, C * P, 2 * Q, 2 * Q)
+
+
+def _dft_operands(kernel: torch.Tensor, zero_lag: int, P: int, Q: int, dtype: torch.dtype) -> tuple:
+    """Identity 4's operands: the spectrum ``(re, im)``, each ``(N, C, P, 2Q - 1)``, and the row DFT matrices."""
+    re, im = kernel_spectrum_2d(kernel, zero_lag, P, Q, dtype)
+    return re, im, row_cdft(Q, dtype, kernel.device), row_cidft(Q, dtype, kernel.device)
+
+
+def _rows_by_blocks(spec: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """``spec (B, C, (f, r), Q)`` times each channel's and frequency's block -> ``(B, N, C, (f, s), Q)``. The
+    frequency index stays outside the real / imaginary one, so at batch 1 the two transposes move nothing, and at
+    larger batches runs of ``2Q`` values."""
+    B, C, P2, Q = spec.shape
+    N = blocks.shape[0]
+    spec = spec.reshape(B, C * P2 // 2, 2 * Q).transpose(0, 1)  # (c f, b, (r, w))
+    out = torch.matmul(spec, blocks)  # (N, C P, B, (s, w'))
+    return out.view(N, C * P2 // 2, B, 2 * Q).permute(2, 0, 1, 3).reshape(B, N, C, P2, Q)
+
+
+def _rows_by_dft(
+    spec: torch.Tensor, re: torch.Tensor, im: torch.Tensor, cdft: torch.Tensor, cidft: torch.Tensor
+) -> torch.Tensor:
+    """Identity 4 along the rows: ``spec (B, C, (f, r), Q)`` -> ``(B, N, C, (f, s), Q)``, the complex products with the
+    spectrum on separate real and imaginary parts (no split or concatenation of the spectra)."""
+    B, C, P2, Q = spec.shape
+    N, n = re.shape[0], 2 * Q - 1
+    rows = spec.reshape(B, 1, C, P2 // 2, 2 * Q)
+    zr, zi = torch.matmul(rows, cdft[:, :n]), torch.matmul(rows, cdft[:, n:])  # (B, 1, C, P, N2)
+    y = torch.matmul(zr * re - zi * im, cidft[:n]) + torch.matmul(zr * im + zi * re, cidft[n:])  # (B, N, C, P, 2Q)
+    return y.reshape(B, N, C, P2, Q)
+
+
+# torch.cond's two branches take the same operands
+def _by_dft(spec, blocks, re, im, cdft, cidft):
+    return _rows_by_dft(spec, re, im, cdft, cidft)
+
+
+def _by_blocks(spec, blocks, re, im, cdft, cidft):
+    return _rows_by_blocks(spec, blocks)

@@ -11,6 +11,10 @@ Identities (lag convention of :mod:`mrconvnext.ops.long_conv`, ``y[t] = sum_j k[
    channel and frequency, a ``P x P`` complex Toeplitz product over the rows, then an inverse DFT that produces only
    the ``Q`` real columns.
 3. Per channel, ``y = T x`` with the ``L x L`` Toeplitz matrix ``T[t, s] = k[zero_lag + t - s]``.
+4. The Toeplitz product of identity 2 along the rows is itself a convolution of ``Q`` complex points with
+   ``2Q - 1`` taps: a complex DFT of size ``N2 = 2Q - 1`` along the rows, a product with the 2-D spectrum
+   ``Khat[f1, f2]`` of ``K2`` (sizes ``2P - 1`` along the columns, ``N2`` along the rows) and the inverse DFT at the
+   ``Q`` columns compute it without a matrix per channel and frequency.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ __all__ = [
     'row_idft',
     'toeplitz_blocks',
     'toeplitz_blocks_vjp',
+    'row_cdft',
+    'row_cidft',
+    'kernel_spectrum_2d',
 ]
 
 
@@ -92,6 +99,43 @@ def row_idft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch
     return torch.cat([theta.cos() * coef, -theta.sin() * coef], dim=1).to(dtype)
 
 
+def row_cdft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``(2 cols, 2 N)`` real matrix of the complex DFT of size ``N = 2 cols - 1`` along a row of ``cols`` complex
+    points (identity 4), right-multiplied: a row ``[re | im]`` of the points becomes ``[Re | Im]`` of the ``N``
+    frequencies, ``X[f] = sum_w x[w] e^{-2 pi i f w / N}``."""
+    n = 2 * cols - 1
+    theta = _angles(n, torch.arange(cols, device=device), torch.arange(n, device=device))  # (cols, N)
+    cos, sin = theta.cos(), theta.sin()
+    return torch.cat([torch.cat([cos, -sin], 1), torch.cat([sin, cos], 1)]).to(dtype)
+
+
+def row_cidft(cols: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``(2 N, 2 cols)`` real matrix of the inverse of :func:`row_cdft` at the ``cols`` points only, right-multiplied:
+    ``[Re | Im]`` of ``N = 2 cols - 1`` frequencies -> ``[re | im]``, ``y[w] = sum_f Y[f] e^{2 pi i f w / N} / N``."""
+    n = 2 * cols - 1
+    theta = _angles(n, torch.arange(n, device=device), torch.arange(cols, device=device))  # (N, cols)
+    cos, sin = theta.cos() / n, theta.sin() / n
+    return torch.cat([torch.cat([cos, sin], 1), torch.cat([-sin, cos], 1)]).to(dtype)
+
+
+def kernel_spectrum_2d(
+    kernel: torch.Tensor, zero_lag: int, rows: int, cols: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Identity 4's spectrum of the kernel of a sequence folded into ``rows`` rows of ``cols``: ``(N, C, K)`` kernels
+    -> ``(re, im)``, each ``(N, C, rows, 2 cols - 1)`` in ``dtype``: ``Khat[f1, f2] = sum_{a, d} K2[a, d]
+    e^{-2 pi i (f1 a / (2 rows - 1) + f2 d / (2 cols - 1))}`` for the ``rows`` frequencies ``f1`` of the real DFT
+    along the columns (:func:`row_dft`) and every ``f2``. Computed in float64 from the kernel's values (real
+    matrices only: ONNX has no complex type)."""
+    k2 = kernel_2d(kernel.double(), zero_lag, rows, cols)  # (N, C, 2 rows - 1, 2 cols - 1), offsets from -(n - 1)
+    cos2, msin2 = _offset_dft(cols, 2 * cols - 1, kernel.device)  # (2 cols - 1, N2): offsets d against f2
+    cos1, msin1 = _offset_dft(rows, rows, kernel.device)  # (2 rows - 1, rows): offsets a against f1
+    a, b = k2 @ cos2, k2 @ msin2  # the row spectra: Re, Im of sum_d K2[a, d] e^{-i theta}
+    cos1, msin1 = cos1.T, msin1.T
+    re = cos1 @ a - msin1 @ b
+    im = cos1 @ b + msin1 @ a
+    return re.to(dtype), im.to(dtype)
+
+
 def _block_index(rows: int, device: torch.device | str) -> torch.Tensor:
     """``(2 rows, 2 rows)``: for row ``2 h + s`` and column ``2 g + r`` the position ``(s, r, a = h - g + rows - 1)``
     in the flattened ``(2, 2, 2 rows - 1)`` parts of a block."""
@@ -105,9 +149,16 @@ def _block_index(rows: int, device: torch.device | str) -> torch.Tensor:
 def _column_dft(cols: int, device: torch.device | str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos, -sin)`` of the column offsets ``d = -(cols - 1) .. cols - 1`` against the ``nf = cols`` frequencies:
     ``(2 cols - 1, nf)`` each."""
+    cos, msin = _offset_dft(cols, cols, device)
+    return cos.to(dtype), msin.to(dtype)
+
+
+def _offset_dft(cols: int, freqs: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``(cos, -sin)`` of the offsets ``-(cols - 1) .. cols - 1`` against the first ``freqs`` frequencies of
+    the DFT of size ``2 cols - 1``: ``(2 cols - 1, freqs)`` each."""
     d = torch.arange(-(cols - 1), cols, device=device)
-    theta = _angles(2 * cols - 1, d, torch.arange(cols, device=device))
-    return theta.cos().to(dtype), (-theta.sin()).to(dtype)
+    theta = _angles(2 * cols - 1, d, torch.arange(freqs, device=device))
+    return theta.cos(), -theta.sin()
 
 
 def toeplitz_blocks(

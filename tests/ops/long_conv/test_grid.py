@@ -7,6 +7,9 @@ import torch.nn.functional as F
 
 from mrconvnext.ops.long_conv.grid import (
     kernel_2d,
+    kernel_spectrum_2d,
+    row_cdft,
+    row_cidft,
     row_dft,
     row_grid,
     row_idft,
@@ -45,6 +48,35 @@ def test_identity_2_row_dft_then_toeplitz_per_frequency(H, W, K, zero_lag):
     out = (blocks @ spec).view(3, W, H, 2, 2).permute(4, 0, 2, 3, 1).reshape(2, 3, H, 2 * W)  # (b, c, h, (s, f))
     y = torch.einsum('wf,bchf->bchw', row_idft(W, DT, 'cpu'), out)
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('H, W, K, zero_lag', CASES)
+def test_identity_4_the_row_products_by_a_complex_dft(H, W, K, zero_lag):
+    """The 2-D spectrum against torch.fft.fft2 of the 2-D kernel laid out circularly (offset a at a mod (2H - 1)), and
+    the four steps (real DFT along the columns, complex DFT along the rows, the spectrum, both inverses) against the
+    tap loop, on the map's own rows (P = H, Q = W)."""
+    x = torch.randn(2, 3, H, W, dtype=DT)
+    k = torch.randn(1, 3, K, dtype=DT)
+    ref = shifted_sum_conv(x.flatten(2), k[0], zero_lag).view(2, 3, H, W)
+    re, im = kernel_spectrum_2d(k, zero_lag, H, W, DT)  # (1, C, H, 2W - 1)
+    k2 = kernel_2d(k, zero_lag, H, W)  # offsets from -(H - 1), -(W - 1)
+    circular = k2.roll((-(H - 1), -(W - 1)), dims=(-2, -1))  # offset 0 first, negative offsets wrapped to the end
+    spectrum = torch.fft.fft2(circular)[..., :H, :]
+    torch.testing.assert_close(torch.complex(re, im), spectrum, rtol=1e-10, atol=1e-10)
+    spec = (row_dft(H, DT, 'cpu') @ x).unflatten(2, (2, H)).transpose(2, 3)  # (B, C, f1, part, W)
+    z = spec.flatten(-2) @ row_cdft(W, DT, 'cpu')  # (B, C, f1, [Re | Im] of 2W - 1)
+    zc = torch.complex(*z.unflatten(-1, (2, 2 * W - 1)).unbind(-2)) * torch.complex(re, im)[0]
+    y = torch.cat([zc.real, zc.imag], -1) @ row_cidft(W, DT, 'cpu')  # (B, C, f1, [re | im] of W)
+    y = y.unflatten(-1, (2, W)).transpose(2, 3).flatten(2, 3)  # (B, C, [Re | Im] of f1, W)
+    torch.testing.assert_close(row_idft(H, DT, 'cpu') @ y, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_the_complex_row_dft_is_torch_fft_and_inverts_on_the_points():
+    for cols in (1, 2, 7, 16):
+        z = torch.randn(4, cols, dtype=torch.complex128)
+        Z = torch.cat([z.real, z.imag], -1) @ row_cdft(cols, DT, 'cpu')
+        torch.testing.assert_close(torch.complex(*Z.unflatten(-1, (2, -1)).unbind(-2)), torch.fft.fft(z, 2 * cols - 1))
+        torch.testing.assert_close(Z @ row_cidft(cols, DT, 'cpu'), torch.cat([z.real, z.imag], -1))
 
 
 def test_the_row_dft_inverts_on_the_columns():

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mrconvnext.layers import MRConv1d, MRConv2d
 from mrconvnext.ops import engines, long_conv1d
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
-from mrconvnext.ops.long_conv.engine_onnx import ONNX_ROW_WIDTH, onnx_grid, rowdft_conv
+from mrconvnext.ops.long_conv.engine_onnx import ONNX_DFT_MAX_BATCH, ONNX_ROW_WIDTH, onnx_grid, rowdft_conv
 from mrconvnext.ops.long_conv.grid import row_grid
 from tests.reference import shifted_sum_conv
 
@@ -74,6 +74,23 @@ def test_onnx_engine_on_long_sequences_matches_the_direct_convolution(L, K, zero
     torch.testing.assert_close(y32.double(), ref, rtol=0, atol=5e-6 * ref.abs().max().item())
     y = rowdft_conv(x, k.unsqueeze(0), zero_lag, grid=row_grid(L))[:, 0]  # the benchmark's square grid
     torch.testing.assert_close(y, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('L, K, zero_lag', [(3136, 6271, 3135), (1031, 1500, 700), (197, 40, 3), (300, 599, 299)])
+def test_onnx_engine_row_products_by_blocks_and_by_dft_agree(L, K, zero_lag):
+    """The 'onnx' engine's two forms of the Toeplitz products along the rows (a block per channel and frequency, or
+    identity 4's complex DFT and the kernel's spectrum), with two kernels, in float64 against the grouped conv;
+    'auto' takes the DFT at batches up to ONNX_DFT_MAX_BATCH and the blocks beyond (the same values either way)."""
+    k = torch.randn(2, 3, K, dtype=DT)
+    for B in (1, ONNX_DFT_MAX_BATCH + 1):
+        x = torch.randn(B, 3, L, dtype=DT)
+        ref = torch.stack([reference(x, k[i], zero_lag) for i in range(2)], 1)
+        for rows in ('blocks', 'dft', 'auto'):
+            torch.testing.assert_close(rowdft_conv(x, k, zero_lag, rows=rows), ref, rtol=1e-10, atol=1e-10)
+        y32 = rowdft_conv(x.float(), k.float(), zero_lag, rows='dft')
+        torch.testing.assert_close(y32.double(), ref, rtol=0, atol=5e-6 * ref.abs().max().item())
+    with pytest.raises(ValueError, match="rows must be 'auto', 'blocks' or 'dft', got 'fft'"):
+        rowdft_conv(x, k, zero_lag, rows='fft')
 
 
 def test_onnx_grid_folds_into_short_rows():
