@@ -85,7 +85,6 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
             for C, L in shapes[:limit]:
                 x, k = torch.randn(B, C, L, generator=g), torch.randn(1, C, 2 * L - 1, generator=g) / L
                 forms = {'toeplitz': engine_torch.toeplitz_conv, 'rowdft/torch': engine_torch.rowdft_conv,
-                         'rowdft/onnx': engine_onnx.rowdft_conv,  # the row products as the batch picks
                          'rowdft/onnx blocks': lambda x, k, z: engine_onnx.rowdft_conv(x, k, z, rows='blocks'),
                          'rowdft/onnx dft': lambda x, k, z: engine_onnx.rowdft_conv(x, k, z, rows='dft')}  # fmt: skip
                 if L > 1000:

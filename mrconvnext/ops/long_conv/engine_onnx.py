@@ -4,12 +4,20 @@ What ``engine='auto'`` runs for long maps while ``torch.onnx.export`` traces a m
 (:func:`mrconvnext.ops.availability.onnx_exporting`). Identity 2 of :mod:`.grid` on the transposed grid: the sequence
 is folded into ``P`` rows of ``Q`` (:func:`onnx_grid`), a real DFT runs along the grid's columns (over the ``P``
 rows, one ``(2P, P)`` matrix shared by every channel, left-multiplied onto the ``(P, Q)`` map as it lies), a
-``2Q x 2Q`` real Toeplitz block per channel and frequency runs along the rows, and the inverse DFT produces the
-``P`` real rows. The frequency index stays outside the real / imaginary one in every step, so at batch 1 the two
-transposes around the block product move nothing, and at larger batches they move runs of ``2Q`` values; the output
-comes out in the input's layout. CPU runtimes run the block product at memory speed (it reads the blocks), the DFTs
-at GEMM speed: short rows (:data:`ONNX_ROW_WIDTH`) keep the blocks small. ``python scripts/bench_onnx_forms.py --ops
-long_conv --doc`` times the forms; :func:`.engine_torch.rowdft_conv` is the same identity in the CUDA layout.
+Toeplitz product per channel and frequency runs along the rows, and the inverse DFT produces the ``P`` real rows.
+The products along the rows take one of two forms, which give the same values:
+
+- ``'blocks'``: a ``2Q x 2Q`` real block per channel and frequency. CPU runtimes run it at memory speed (it reads
+  ``16 Q`` bytes of blocks per position once per batch), so short rows (:data:`ONNX_ROW_WIDTH`) keep them small. The
+  frequency index stays outside the real / imaginary one in every step, so at batch 1 the two transposes around
+  the product move nothing, and at larger batches they move runs of ``2Q`` values.
+- ``'dft'``: identity 4, a complex DFT along the rows (one shared matrix), the product with the kernel's 2-D
+  spectrum and the inverse: four times the multiply-adds, at GEMM speed, and 16 bytes of spectrum per position.
+  Faster up to :data:`ONNX_DFT_MAX_BATCH` images.
+
+An export with a dynamic batch axis holds both, in an ONNX ``If`` on the batch (``torch.cond``). The output comes out
+in the input's layout. ``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms;
+:func:`.engine_torch.rowdft_conv` is the same identity in the CUDA layout.
 """
 
 from __future__ import annotations
@@ -25,14 +33,19 @@ from .grid import kernel_spectrum_2d, row_cdft, row_cidft, row_dft, row_grid, ro
 __all__ = ['ONNX_DFT_MAX_BATCH', 'ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
 
 # Row length Q of the folded sequence past 256 positions: the blocks take 16 Q^2 bytes per channel and frequency, the
-# DFTs 4 P multiply-adds per position. ONNX Runtime 1.32 on 2 threads of a Xeon (docs/benchmarks.md's ONNX forms
-# table, 'rowdft/onnx' against 'rowdft/onnx square', batch 1 / 8): ConvNeXt-T's stage 1 (96 x 3136) 8.3 / 42.6 ms
-# against 16.1 / 37.6 on its own 56 x 56 grid, stage 2 (192 x 784) 4.1 / 11.5 against 5.2 / 14.0; atto's stage 1
-# 3.5 / 15.8 against 5.4 / 16.9. Batch 1 reads the blocks once per image, so it gains most; rows of 32 fell between.
+# DFTs 4 P multiply-adds per position. ONNX Runtime 1.32 on 2 threads of a Xeon (the ONNX forms table of commit
+# 1fbb1b1, with the blocks alone, 'rowdft/onnx' against 'rowdft/onnx square', batch 1 / 8): ConvNeXt-T's stage 1
+# (96 x 3136) 8.3 / 42.6 ms against 16.1 / 37.6 on its own 56 x 56 grid, stage 2 (192 x 784) 4.1 / 11.5 against
+# 5.2 / 14.0; atto's stage 1 3.5 / 15.8 against 5.4 / 16.9. Batch 1 reads the blocks once per image, so it gains
+# most; rows of 32 fell between. The DFT form (below) measured alike on both grids at batch 1.
 ONNX_ROW_WIDTH = 16
 # The largest batch whose Toeplitz products along the rows run as identity 4 (a complex DFT along the rows, the
 # kernel's spectrum, the inverse: 16 Q multiply-adds per position at GEMM speed, 16 bytes of spectrum per position)
-# rather than as blocks (4 Q multiply-adds, but 16 Q bytes of blocks per position, read once per batch).
+# rather than as blocks (4 Q multiply-adds, but 16 Q bytes of blocks per position, read once per batch). ONNX Runtime
+# 1.32, 2 threads (docs/benchmarks.md's long_conv ONNX forms table, 'rowdft/onnx dft' against 'blocks', ms): the
+# DFT wins every stage of atto and T at batches 1 and 2 (T's stage 1: 4.3 against 8.1, 7.2 against 11.1; stage 3:
+# 0.51 against 1.11, 1.25 against 1.59); at 4 it loses four of the six long-map stages (T's stage 1: 29.0 against
+# 17.9) and at 8 all of them.
 ONNX_DFT_MAX_BATCH = 2
 # The DFT over the P rows stays one dense (2P, P) matrix although it is most of the arithmetic at batch 8 (4 P
 # multiply-adds per position against the blocks' 4 Q). A factored DFT (Cooley-Tukey as a real (2 N1, R1) product and
