@@ -59,10 +59,11 @@ def export_onnx(
     onnxscript's optimizer run without its pattern rewriter (:func:`_optimize`: the same graph, in about half the
     export time for the largest models). While it traces, every mixer's ``'auto'`` resolves to its ONNX form
     (:func:`mrconvnext.ops.availability.onnx_exporting`), so the graph holds standard ONNX operators only. MRConv
-    mixers become matrix products (Toeplitz for short maps, row DFTs and block-Toeplitz products for long ones:
-    ``MatMul``s whose kernel-derived matrices depend on the weights alone, which ONNX Runtime folds at load), TaLK
-    prefix sums and gathers (2-D on small maps: one box matrix per image and head), DynamicConv a band matrix on
-    short sequences and a one-hot depthwise ``Conv`` on long ones, LightConv a grouped ``Conv``. The program is
+    mixers become matrix products (Toeplitz for short maps; for long ones row DFTs and Toeplitz products along short
+    rows, as blocks or, at batches of 1 and 2, as a DFT along the rows: an ``If`` on the batch), ``MatMul``s whose
+    kernel-derived matrices depend on the weights alone, which ONNX Runtime folds at load; TaLK prefix sums and
+    gathers (2-D on small maps: one box matrix per image and head), DynamicConv band matrices over chunks of the
+    sequence, LightConv a grouped ``Conv``. The program is
     traced with at least two images (an example batch of 1 would fix the batch axis). ``exporter='torchscript'``
     (PyTorch's deprecated exporter, ``dynamo=False``) traces the same forms.
     """
