@@ -4,10 +4,11 @@ What ``engine='auto'`` resolves to while ``torch.onnx.export`` traces a model
 (:func:`mrconvnext.ops.availability.onnx_exporting`); inference only. Conventions are those of :mod:`mrconvnext.ops.talk`,
 results the specification's (:mod:`.reference`) up to float32 rounding.
 
-1-D: the prefix table ``P`` and ``x`` are laid out position-major, rows of the ``R`` channels of a head, and a window
-end at ``u = k + f`` reads ``P(u) = P[k] + f x[k]`` (the identity ``P[k + 1] - P[k] = x[k]``: no cancellation in a
-long prefix sum), so the four lookups of a window are ``Gather``s of whole rows along axis 0 with ``(B, heads, L)``
-indices. The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
+1-D: the inclusive prefix table (``P[t + 1]``, no padding) and ``x`` are laid out position-major, rows of the ``R``
+channels of a head, and a window end at ``u = k + f`` reads ``P(u) = P[k + 1] + (f - 1) x[k]`` (the identity
+``P[k + 1] - P[k] = x[k]``: no cancellation in a long prefix sum), so the four lookups of a window are ``Gather``s of
+whole rows along axis 0 with two ``(B, heads, L)`` indices. The cells take one NaN guard each where
+``nan_to_num`` writes three (``IsNaN``, ``IsInf`` and three ``Where``s). The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
 full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the
 price.
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
@@ -21,38 +22,40 @@ full-size lookups per box and measured slower in ONNX Runtime (so did a one-gath
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 from .dispatch import talk2d_onnx_method
-from .reference import talk2d_reference, window_bounds, window_edges
+from .reference import talk2d_reference, window_bounds
 
 __all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense']
 
 
 def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
-    """TaLK 1-D, ``(B, C, L) -> (B, C, L)``, with row gathers from a position-major prefix table."""
+    """TaLK 1-D, ``(B, C, L) -> (B, C, L)``, with row gathers from a position-major inclusive prefix table."""
     heads = check_inputs(x, offsets, 1)
     max_left, max_right = check_maxima(max_left, max_right)
     B, C, L = x.shape
     R = C // heads
     acc = acc_dtype(x.dtype)
     xt = x.to(acc).reshape(B, heads, R, L).transpose(2, 3)  # (B, heads, L, R)
-    prefix = F.pad(xt.cumsum(2), (0, 0, 1, 0)).reshape(-1, R)  # row (b, h, t): P[t] = sum_{j<t} x[j]
-    values = xt.reshape(-1, R)  # row (b, h, t): x[t] = P[t + 1] - P[t], exact where the difference would cancel
+    inclusive = xt.cumsum(2).reshape(-1, R)  # row (b, h, t): sum_{j <= t} x[j] = P[t + 1]
+    values = xt.reshape(-1, R)  # row (b, h, t): x[t]
     off = offsets.to(acc)
     pos = torch.arange(L, device=x.device, dtype=acc)
-    start, end = window_edges(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
-    bh = torch.arange(B * heads, device=x.device).view(B, heads, 1)
+    u_s, u_e = window_bounds(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
+    # the cells of window_edges; a NaN edge reads cell 0 and its NaN reaches the output through u - k
+    k_s = torch.ceil(u_s).detach() - 1
+    k_e = torch.floor(u_e).detach().clamp(max=L - 1)
+    rows = torch.arange(B * heads, device=x.device).view(B, heads, 1) * L
 
-    def interp(edge):  # P(u) = P[k] + (u - k) x[k]
-        u, k = edge
-        k = k.long()
-        p = prefix.index_select(0, (bh * (L + 1) + k).reshape(-1)).view(B, heads, L, R)
-        v = values.index_select(0, (bh * L + k).reshape(-1)).view(B, heads, L, R)
-        return p + (u - k).unsqueeze(-1) * v
+    def interp(u, k):  # P(u) = P[k] + (u - k) x[k] = P[k + 1] + (u - k - 1) x[k]: one index for both tables
+        k = torch.where(torch.isnan(k), 0.0, k.clamp(min=0))
+        index = (rows + k.long()).reshape(-1)
+        p = inclusive.index_select(0, index).view(B, heads, L, R)
+        v = values.index_select(0, index).view(B, heads, L, R)
+        return p + (u - k - 1).unsqueeze(-1) * v
 
-    y = (interp(end) - interp(start)) / (max_left + max_right + 1)
+    y = (interp(u_e, k_e) - interp(u_s, k_s)) / (max_left + max_right + 1)
     return y.transpose(2, 3).reshape(B, C, L).to(x.dtype)
 
 
