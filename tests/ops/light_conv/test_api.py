@@ -12,7 +12,7 @@ from mrconvnext.ops.light_conv import (
     light_conv1d,
     light_conv1d_unfold,
 )
-from mrconvnext.ops.light_conv.api import dynamic_mix
+from mrconvnext.ops.light_conv.api import dynamic_conv_kernel, dynamic_mix
 from mrconvnext.ops.light_conv.checks import zero_lag_for
 from mrconvnext.ops.light_conv.dispatch import ONNX_BAND_CHUNK, dynamic_conv_onnx_chunk
 from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
@@ -273,3 +273,20 @@ def test_dynamic_mix_is_the_predictor_then_the_convolution(training: bool) -> No
     logits = (torch.einsum('oc,bcl->bol', W, x) + pb[:, None]).view(B, H, K, L)
     w = F.dropout(logits.softmax(2), p, training).transpose(2, 3)
     torch.testing.assert_close(y, naive_dynamic(x, w, bias, False))
+
+
+@pytest.mark.parametrize('scale', [1.0, 300.0])
+def test_dynamic_kernels_onnx_softmax_written_out(scale):
+    """The ONNX form's softmax (max, exp, sum, divide) against softmax by hand in float64: the kernels agree, sum to 1
+    over the taps, and stay finite for logits in the hundreds (exp of the raw logits overflows)."""
+    B, C, L, H, K = 2, 6, 11, 3, 5
+    x = torch.randn(B, C, L, dtype=torch.float64) * scale
+    weight, bias = torch.randn(H * K, C, dtype=torch.float64), torch.randn(H * K, dtype=torch.float64)
+    logits = (weight @ x + bias[:, None]).view(B, H, K, L)
+    ref = (logits - logits.max(2, keepdim=True).values).exp()
+    ref = (ref / ref.sum(2, keepdim=True)).transpose(2, 3)
+    for onnx in (False, True):
+        w = dynamic_conv_kernel(x, weight, bias, H, onnx=onnx)
+        assert w.shape == (B, H, L, K) and w.isfinite().all()
+        torch.testing.assert_close(w, ref, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(w.sum(-1), torch.ones(B, H, L, dtype=torch.float64))
