@@ -45,7 +45,11 @@ ONNX_ROW_WIDTH = 16
 # 1.32, 2 threads (docs/benchmarks.md's long_conv ONNX forms table, 'rowdft/onnx dft' against 'blocks', ms): the
 # DFT wins every stage of atto and T at batches 1 and 2 (T's stage 1: 4.3 against 8.1, 7.2 against 11.1; stage 3:
 # 0.51 against 1.11, 1.25 against 1.59); at 4 it loses four of the six long-map stages (T's stage 1: 29.0 against
-# 17.9) and at 8 all of them.
+# 17.9) and at 8 all of them. An export with a dynamic batch holds both forms in an If for maps past
+# ONNX_ROW_WIDTH ** 2 positions only: each If costs about 2 s of export (dynamo traces torch.cond's branches; 15 of
+# them took mrconvnext_t's export from 20 to 51-64 s), and on the shorter maps the DFT form at every batch gains
+# more at batch 1 than it loses at 8 (stage 3, 196 positions: T 0.51 against 1.11 ms and 4.95 against 3.47, atto
+# 0.33 against 0.48 and 1.91 against 1.56).
 ONNX_DFT_MAX_BATCH = 2
 # The DFT over the P rows stays one dense (2P, P) matrix although it is most of the arithmetic at batch 8 (4 P
 # multiply-adds per position against the blocks' 4 Q). A factored DFT (Cooley-Tukey as a real (2 N1, R1) product and
@@ -89,8 +93,9 @@ def rowdft_conv(
     ``rows``: how the Toeplitz products along the rows run, ``'blocks'`` (a ``2Q x 2Q`` matrix per channel and
     frequency), ``'dft'`` (identity 4: a complex DFT along the rows, the kernel's 2-D spectrum, the inverse) or
     ``'auto'``: ``'dft'`` for batches of at most :data:`ONNX_DFT_MAX_BATCH`, else ``'blocks'``; a symbolic batch
-    (an export with a dynamic batch axis) gets both, chosen at run time (``torch.cond``: an ONNX ``If``), and the
-    TorchScript exporter's trace, which has no conditional, the blocks."""
+    (an export with a dynamic batch axis) gets both, chosen at run time (``torch.cond``: an ONNX ``If``), on maps
+    past ``ONNX_ROW_WIDTH ** 2`` positions and ``'dft'`` on shorter ones; the TorchScript exporter's trace, which
+    has no conditional, the blocks."""
     if rows not in ('auto', 'blocks', 'dft'):
         raise ValueError(f"rowdft_conv: rows must be 'auto', 'blocks' or 'dft', got {rows!r}")
     B, C, L = x.shape
@@ -102,6 +107,8 @@ def rowdft_conv(
             rows = 'blocks'
         elif not isinstance(B, torch.SymInt):
             rows = 'dft' if B <= ONNX_DFT_MAX_BATCH else 'blocks'
+        elif L <= ONNX_ROW_WIDTH**2:
+            rows = 'dft'  # short maps: an If costs more export time than the blocks save (see ONNX_DFT_MAX_BATCH)
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
     dft = _frequency_major(row_dft(P, x.dtype, x.device), P, 0)  # (2P, P): rows (f, r)
     spec = torch.matmul(dft, xp.view(B, C, P, Q))  # (B, C, (f, r), Q): per (c, f) a row [re | im] of Q points
