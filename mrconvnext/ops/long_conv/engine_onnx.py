@@ -15,8 +15,8 @@ The products along the rows take one of two forms, which give the same values:
   spectrum and the inverse: four times the multiply-adds, at GEMM speed, and 16 bytes of spectrum per position.
   Faster up to :data:`ONNX_DFT_MAX_BATCH` images.
 
-An export with a dynamic batch axis holds both, in an ONNX ``If`` on the batch (``torch.cond``). The output comes out
-in the input's layout. ``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms;
+An export with a dynamic batch axis holds both, in an ONNX ``If`` on the batch (``torch.cond``), on maps past
+``ONNX_ROW_WIDTH ** 2`` positions (the DFT alone on shorter ones). The output comes out in the input's layout. ``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms;
 :func:`.engine_torch.rowdft_conv` is the same identity in the CUDA layout.
 """
 

@@ -7,10 +7,10 @@ results the specification's (:mod:`.reference`) up to float32 rounding.
 1-D: the inclusive prefix table (``P[t + 1]``, no padding) and ``x`` are laid out position-major, rows of the ``R``
 channels of a head, and a window end at ``u = k + f`` reads ``P(u) = P[k + 1] + (f - 1) x[k]`` (the identity
 ``P[k + 1] - P[k] = x[k]``: no cancellation in a long prefix sum), so the four lookups of a window are ``Gather``s of
-whole rows along axis 0 with two ``(B, heads, L)`` indices. The cells take one NaN guard each where
-``nan_to_num`` writes three (``IsNaN``, ``IsInf`` and three ``Where``s). The specification gathers single elements (``GatherElements``), which needs its indices broadcast to the
-full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). Two transposes of ``x``'s size are the
-price.
+whole rows along axis 0 with two ``(B, heads, L)`` indices; each cell index takes one NaN guard (``IsNaN``,
+``Where``) in place of ``nan_to_num``'s tests for NaN and both infinities. The specification gathers single elements
+(``GatherElements``), which needs its indices broadcast to the full ``(B, C, L)`` shape first (an ``Expand`` of
+int64 indices per lookup). Two transposes of ``x``'s size are the price.
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
 head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
