@@ -20,6 +20,30 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
+
+def _interpreter_patches_once_per_launch() -> None:
+    """Triton's interpreter (3.6 to 3.8) swaps ``triton.language``'s builtins for its NumPy ones when a launch starts
+    and swaps them back when it ends; it also redoes the swap at every call of a ``@triton.jit`` helper inside the
+    launch (``inspect.getmembers`` over the language modules each time: a fifth of the interpreted TaLK tests'
+    time). Inside a launch the modules are already swapped, so the helper's swap changes nothing: it is skipped
+    there. The launch's own swap and its undoing are untouched; a Triton without these internals runs as shipped."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    patch_lang, scope = getattr(interpreter, '_patch_lang', None), getattr(interpreter, '_LangPatchScope', None)
+    if patch_lang is None or scope is None or not hasattr(tl.core, 'is_builtin'):
+        return
+
+    def once_per_launch(fn):
+        if not tl.core.is_builtin(tl.load) and not tl.core.is_builtin(tl.core.load):  # inside a launch
+            return scope()
+        return patch_lang(fn)
+
+    interpreter._patch_lang = once_per_launch
+
+
 # Inductor's and Triton's caches of this run go to a folder of its own, removed when the session ends: a run neither
 # reads another run's compiled code nor leaves hundreds of MB behind. xdist's workers inherit the folder from the
 # controller and share it (inductor's caches take concurrent processes, as torchrun's ranks do): a kernel or
@@ -37,6 +61,10 @@ os.environ['TRITON_CACHE_DIR'] = os.path.join(_CACHE, 'triton')
 _WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
+
+# after the cache folders above: it imports triton
+if os.environ.get('TRITON_INTERPRET') == '1':
+    _interpreter_patches_once_per_launch()
 
 
 def pytest_configure(config):

@@ -83,8 +83,11 @@ def _export(model, x):
 
 
 @pytest.mark.parametrize('name', FAMILIES)
-def test_export_save_load_round_trip(name, tmp_path):
-    model = _model(name, deploy=True)  # the deployed (reparameterized) form where the family has one
+def test_export_round_trip_and_decomposition_for_onnx(name, tmp_path):
+    """One ``torch.export`` program of the deployed model (the reparameterized form where the family has one, batch axis
+    dynamic), then both things users do with it: save and load it back, and run :func:`decompositions` on it so that the
+    ONNX exporter takes it (the package's operators become ATen ops)."""
+    model = _model(name, deploy=True)
     ep = _export(model, torch.randn(2, 3, SIZE, SIZE))
     if not name.startswith('lightconvnext'):  # LightConv is a plain grouped conv1d
         assert any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'the mixers should export as operators'
@@ -96,6 +99,12 @@ def test_export_save_load_round_trip(name, tmp_path):
     x = torch.randn(3, 3, SIZE, SIZE)  # another batch size: the batch axis is dynamic
     with torch.no_grad():
         _close(loaded(x), model(x), 1e-5)
+
+    decomposed = ep.run_decompositions(decompositions())
+    assert not any('mrconvnext' in str(n.target) for n in decomposed.graph.nodes), 'decompositions left an operator'
+    path = tmp_path / 'model.onnx'
+    torch.onnx.export(decomposed, (torch.randn(2, 3, SIZE, SIZE),), str(path), dynamo=True, external_data=False)
+    _onnx_check(model, path, torch.randn(3, 3, SIZE, SIZE))
 
 
 def _onnx_check(model, path, *xs: torch.Tensor):
@@ -114,37 +123,23 @@ def _onnx_check(model, path, *xs: torch.Tensor):
     return graph
 
 
-# The deployed models at the nominal size go through the same exporter in tests/tools/test_timm_scripts.py (timm's
-# onnx_export with dynamo=True: standard-domain nodes, onnxruntime against PyTorch within 1e-4); here they export at
-# another size, and the branched MRConv model at both.
-@pytest.mark.parametrize(
-    'name,deploy,size', [(n, True, 80) for n in FAMILIES] + [('mrconvnext_atto', False, s) for s in (SIZE, 80)]
-)
-def test_plain_onnx_export_through_onnxruntime(name, deploy, size, tmp_path):
-    """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step: the
-    mixers trace their ONNX forms at a size other than the nominal one (the mixers' size rules), batch axis dynamic.
-    Checked at batch 1 and 3: MRConv's maps past ONNX_ROW_WIDTH ** 2 positions hold both forms of the row products in
-    an ``If`` on the batch (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
-    model = _model(name, deploy=deploy)
+# The deployed models go through the same exporter call in tests/tools/test_timm_scripts.py (timm's onnx_export with
+# dynamo=True, at 80 px, batch axis dynamic, run at batches 1 and 3); here the branched MRConv model, whose BatchNorm
+# branches and kernel synthesis trace into the graph.
+def test_plain_onnx_export_through_onnxruntime(tmp_path):
+    """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step, of the
+    branched MRConv model: the mixers trace their ONNX forms at a size other than the nominal one (the mixers' size
+    rules), batch axis dynamic. Checked at batch 1 and 3: maps past ONNX_ROW_WIDTH ** 2 positions (stage 1 at 80 px)
+    hold both forms of the row products in an ``If`` on the batch (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
+    size = 80
+    assert (size // 4) ** 2 > ONNX_ROW_WIDTH**2
+    model = _model('mrconvnext_atto')
     path = tmp_path / 'model.onnx'
     x = torch.randn(2, 3, size, size)
     torch.onnx.export(model, (x,), str(path), dynamo=True, dynamic_shapes=({0: 'batch'},), external_data=False)
     graph = _onnx_check(model, path, torch.randn(3, 3, size, size), torch.randn(1, 3, size, size))
-    if name.startswith('mrconvnext') and (size // 4) ** 2 > ONNX_ROW_WIDTH**2:  # stage 1 past the short maps
-        branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
-        assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
-
-
-@pytest.mark.parametrize('name', FAMILIES)
-def test_exported_program_with_operators_decomposes_for_onnx(name, tmp_path):
-    """A program from ``torch.export`` holds the package's operators; :func:`decompositions` turns it into ATen ops
-    that the ONNX exporter takes."""
-    model = _model(name, deploy=True)
-    ep = _export(model, torch.randn(2, 3, SIZE, SIZE)).run_decompositions(decompositions())
-    assert not any('mrconvnext' in str(n.target) for n in ep.graph.nodes), 'decompositions left an operator'
-    path = tmp_path / 'model.onnx'
-    torch.onnx.export(ep, (torch.randn(2, 3, SIZE, SIZE),), str(path), dynamo=True, external_data=False, verbose=False)
-    _onnx_check(model, path, torch.randn(3, 3, SIZE, SIZE))
+    branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
+    assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
 
 
 @pytest.mark.parametrize('name', FAMILIES)

@@ -113,11 +113,15 @@ FAMILIES = ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'ligh
 @pytest.mark.parametrize('dynamo', [False, True], ids=['torchscript', 'dynamo'])
 @pytest.mark.parametrize('name', FAMILIES)
 def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
-    """What timm's ``onnx_export.py --reparam [--dynamo]`` and ``onnx_validate.py`` call (the scripts are not in the
-    wheel): ``timm.utils.onnx.onnx_export`` with its own forward check, then an onnxruntime session over new images
-    against PyTorch. Every family, with the TorchScript exporter (the script's default) and the dynamo one; the dynamo
-    export at the nominal size is also the plain ``torch.onnx.export(..., dynamo=True)`` check of the deployed
-    models (tests/compile/test_families.py exports them at another size)."""
+    """What timm's ``onnx_export.py --reparam [--dynamo] [--img-size 80]`` and ``onnx_validate.py`` call (the scripts
+    are not in the wheel): ``timm.utils.onnx.onnx_export`` with its own forward check, then an onnxruntime session
+    over new images against PyTorch. Every family, with the TorchScript exporter (the script's default) at the
+    nominal size and the dynamo one at another size. timm's dynamo export is the plain ``torch.onnx.export(model,
+    (x,), dynamo=True, dynamic_shapes=({0: 'batch'},))`` any user calls, so it is also the deployed models' plain
+    ONNX check (tests/compile/test_families.py exports the branched MRConv model): the mixers trace their ONNX forms
+    at a size other than the nominal one (their size rules), and run at batches 1 and 3. MRConv's maps past
+    ONNX_ROW_WIDTH ** 2 positions (stage 1 at 80 px) hold both forms of the row products in an ``If`` on the batch
+    (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
     pytest.importorskip('onnxruntime')
     import onnx
     import onnxruntime as ort
@@ -127,16 +131,24 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     from timm.utils.onnx import onnx_export
 
     import mrconvnext  # noqa: F401
+    from mrconvnext.ops.long_conv.engine_onnx import ONNX_ROW_WIDTH
 
     torch.manual_seed(0)
     model = timm.create_model(name, num_classes=5, img_size=64, depths=(1, 1, 1, 1), ls_init_value=1.0)
     model = reparameterize_model(model.eval())
     path = str(tmp_path / 'model.onnx')
-    onnx_export(model, path, input_size=(3, 64, 64), batch_size=2, use_dynamo=dynamo, check_forward=True)
-    assert {n.domain for n in onnx.load(path).graph.node} <= {'', 'ai.onnx'}
+    size = 80 if dynamo else 64
+    onnx_export(model, path, input_size=(3, size, size), batch_size=2, use_dynamo=dynamo, check_forward=True)
+    graph = onnx.load(path).graph
+    assert {n.domain for n in graph.node} <= {'', 'ai.onnx'}
     session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
-    x = torch.randn(2, 3, 64, 64)
-    y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
-    with torch.no_grad():
-        ref = model(x)
-    assert (y - ref).abs().max().item() <= 1e-4  # float32 logits (tests/compile/test_families.py's bound)
+    for batch in (1, 3) if dynamo else (2,):
+        x = torch.randn(batch, 3, size, size)
+        y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+        with torch.no_grad():
+            ref = model(x)
+        assert (y - ref).abs().max().item() <= 1e-4  # float32 logits (tests/compile/test_families.py's bound)
+    if dynamo and name.startswith('mrconvnext'):
+        assert (size // 4) ** 2 > ONNX_ROW_WIDTH**2  # stage 1 past the short maps
+        branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
+        assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
