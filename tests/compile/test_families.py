@@ -124,7 +124,7 @@ def _onnx_check(model, path, *xs: torch.Tensor):
 
 
 # The deployed models go through the same exporter call in tests/tools/test_timm_scripts.py (timm's onnx_export with
-# dynamo=True, at 80 px, batch axis dynamic, run at batches 1 and 3); here the branched MRConv model, whose BatchNorm
+# dynamo=True, at 96 px, batch axis dynamic, run at batches 1 and 3); here the branched MRConv model, whose BatchNorm
 # branches and kernel synthesis trace into the graph.
 def test_plain_onnx_export_through_onnxruntime(tmp_path):
     """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step, of the

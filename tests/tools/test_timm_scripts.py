@@ -113,15 +113,16 @@ FAMILIES = ['mrconvnext_atto', 'talkconvnext_atto', 'talkconvnext2d_atto', 'ligh
 @pytest.mark.parametrize('dynamo', [False, True], ids=['torchscript', 'dynamo'])
 @pytest.mark.parametrize('name', FAMILIES)
 def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
-    """What timm's ``onnx_export.py --reparam [--dynamo] [--img-size 80]`` and ``onnx_validate.py`` call (the scripts
+    """What timm's ``onnx_export.py --reparam [--dynamo] [--img-size 96]`` and ``onnx_validate.py`` call (the scripts
     are not in the wheel): ``timm.utils.onnx.onnx_export`` with its own forward check, then an onnxruntime session
     over new images against PyTorch. Every family, with the TorchScript exporter (the script's default) at the
     nominal size and the dynamo one at another size. timm's dynamo export is the plain ``torch.onnx.export(model,
     (x,), dynamo=True, dynamic_shapes=({0: 'batch'},))`` any user calls, so it is also the deployed models' plain
     ONNX check (tests/compile/test_families.py exports the branched MRConv model): the mixers trace their ONNX forms
-    at a size other than the nominal one (their size rules), and run at batches 1 and 3. MRConv's maps past
-    ONNX_ROW_WIDTH ** 2 positions (stage 1 at 80 px) hold both forms of the row products in an ``If`` on the batch
-    (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
+    at a size other than the nominal one (their size rules), and run at batches 1 and 3. At 96 px MRConv's stage 1
+    (576 positions, past ONNX_ROW_WIDTH ** 2) holds both forms of the row products in an ``If`` on the batch
+    (engine_onnx.ONNX_DFT_MAX_BATCH), each of which runs; stage 2 (144) takes the DFT form at every batch, stages 3
+    and 4 (36, 9: up to ONNX_TOEPLITZ_MAX_LENGTH) the Toeplitz products."""
     pytest.importorskip('onnxruntime')
     import onnx
     import onnxruntime as ort
@@ -137,7 +138,7 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     model = timm.create_model(name, num_classes=5, img_size=64, depths=(1, 1, 1, 1), ls_init_value=1.0)
     model = reparameterize_model(model.eval())
     path = str(tmp_path / 'model.onnx')
-    size = 80 if dynamo else 64
+    size = 96 if dynamo else 64
     onnx_export(model, path, input_size=(3, size, size), batch_size=2, use_dynamo=dynamo, check_forward=True)
     graph = onnx.load(path).graph
     assert {n.domain for n in graph.node} <= {'', 'ai.onnx'}
@@ -149,6 +150,6 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
             ref = model(x)
         assert (y - ref).abs().max().item() <= 1e-4  # float32 logits (tests/compile/test_families.py's bound)
     if dynamo and name.startswith('mrconvnext'):
-        assert (size // 4) ** 2 > ONNX_ROW_WIDTH**2  # stage 1 past the short maps
+        assert (size // 8) ** 2 <= ONNX_ROW_WIDTH**2 < (size // 4) ** 2  # the If at stage 1 only
         branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
         assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
