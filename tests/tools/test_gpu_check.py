@@ -4,7 +4,9 @@ ones; a spent budget skips what is left, and the summary still comes out."""
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,6 +18,9 @@ from .conftest import REPO
 SCRIPT = REPO / 'scripts' / 'gpu_check.sh'
 STEPS = ['01_versions', '03_eager_table', '04_dwconv_budget', '05_cuda_suite', '06_ops_talk', '06_ops_dynconv']
 STEPS += ['06_ops_longconv', '07_compiled_mrconvnext_atto_reparam']
+# the script's steps run $PYTHON (else the first `python` on PATH): the interpreter of this test run, whether or not
+# its environment is activated
+ENV = dict(os.environ, PYTHON=sys.executable)
 
 
 def _run(tmp_path, *args: str, status: int = 0) -> dict[str, str]:
@@ -23,6 +28,7 @@ def _run(tmp_path, *args: str, status: int = 0) -> dict[str, str]:
         ['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), *args],
         capture_output=True,
         text=True,
+        env=ENV,
         timeout=HANG_LIMIT_S,
     )
     assert proc.returncode == status, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -53,7 +59,7 @@ def test_a_spent_budget_skips_the_remaining_steps(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is visible: the script would run for real')
 def test_without_a_gpu_it_runs_nothing_and_says_so(tmp_path):
-    proc = subprocess.run(['bash', str(SCRIPT), '--out', str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run(['bash', str(SCRIPT), '--out', str(tmp_path)], capture_output=True, text=True, env=ENV)
     assert proc.returncode == 1 and 'no CUDA GPU is visible' in proc.stderr, proc.stderr
     assert not (tmp_path / 'steps.tsv').exists()
 
@@ -64,6 +70,9 @@ def test_steps_selects_only_the_named_steps_and_rejects_others(tmp_path):
     steps = _run(tmp_path, '--models', 'convnext_atto', '--steps', '01,04', '--budget', '0')
     assert steps == {'01_versions': 'skipped', '04_dwconv_budget': 'skipped'}, steps
     proc = subprocess.run(
-        ['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), '--steps', '01,8'], text=True, capture_output=True
+        ['bash', str(SCRIPT), '--dry-run', '--out', str(tmp_path), '--steps', '01,8'],
+        text=True,
+        capture_output=True,
+        env=ENV,
     )
     assert proc.returncode == 2 and "got '01,8'" in proc.stderr, proc.stderr
