@@ -63,9 +63,9 @@ def export_onnx(
     rows, as blocks or, at batches of 1 and 2, as a DFT along the rows: an ``If`` on the batch), ``MatMul``s whose
     kernel-derived matrices depend on the weights alone, which ONNX Runtime folds at load; TaLK prefix sums and
     gathers (2-D on small maps: one box matrix per image and head), DynamicConv band matrices over chunks of the
-    sequence, LightConv a grouped ``Conv``. The program is
-    traced with at least two images (an example batch of 1 would fix the batch axis). ``exporter='torchscript'``
-    (PyTorch's deprecated exporter, ``dynamo=False``) traces the same forms.
+    sequence, LightConv a grouped ``Conv``. The program is traced with at least two images (an example batch of 1
+    would fix the batch axis). ``exporter='torchscript'`` (PyTorch's deprecated exporter, ``dynamo=False``) traces
+    the same forms.
     """
     model = copy.deepcopy(model).eval()
     if exporter == 'auto':

@@ -16,8 +16,9 @@ The products along the rows take one of two forms, which give the same values:
   Faster up to :data:`ONNX_DFT_MAX_BATCH` images.
 
 An export with a dynamic batch axis holds both, in an ONNX ``If`` on the batch (``torch.cond``), on maps past
-``ONNX_ROW_WIDTH ** 2`` positions (the DFT alone on shorter ones). The output comes out in the input's layout. ``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms;
-:func:`.engine_torch.rowdft_conv` is the same identity in the CUDA layout.
+``ONNX_ROW_WIDTH ** 2`` positions (the DFT alone on shorter ones). The output comes out in the input's layout.
+``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms; :func:`.engine_torch.rowdft_conv` is
+the same identity in the CUDA layout.
 """
 
 from __future__ import annotations
