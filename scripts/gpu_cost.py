@@ -224,10 +224,30 @@ def _copy_class(name: str, args, outs: list[torch.Tensor]) -> str:
         return ''
     if not isinstance(src, torch.Tensor) or src.dim() != dst.dim() or 0 in src.stride():
         return ''
-    if _dim_order(src) == _dim_order(dst):
+    src_order, dst_order = _dim_order(src), _dim_order(dst)
+    if src_order == dst_order:
         return ''
+    if _shared_runs(src, dst, src_order, dst_order):
+        return ''  # outer dimensions reordered, whole runs of the innermost one moved: a copy's accesses
     # a transpose reads or writes one element per access, so its cost goes by elements: 2-byte ones are a class
     return 'transpose16' if min(src.element_size(), dst.element_size()) <= 2 else 'transpose'
+
+
+# The shortest run of a shared innermost dimension, in bytes, that makes a copy between layouts a plain copy: one
+# warp's 32 four-byte accesses, the width of a fully coalesced load or store.
+COALESCED_RUN_BYTES = 128
+
+
+def _shared_runs(src: torch.Tensor, dst: torch.Tensor, src_order: tuple, dst_order: tuple) -> bool:
+    """Whether a copy between two layouts keeps the innermost dimension, with unit stride on both sides and runs of at
+    least ``COALESCED_RUN_BYTES`` (a channels-last map into a positions-outermost buffer): then each warp reads and
+    writes contiguous runs, as a copy within one layout does. The profiled ``transpose`` rows are all copies that
+    change the innermost dimension (docs/gpu/cost-model-calibration.md)."""
+    if not src_order or not dst_order or src_order[-1] != dst_order[-1]:
+        return False
+    d = src_order[-1]
+    run = src.shape[d] * min(src.element_size(), dst.element_size())
+    return src.stride(d) == 1 and dst.stride(d) == 1 and run >= COALESCED_RUN_BYTES
 
 
 def _channels_last_strides(t: torch.Tensor) -> bool:

@@ -253,6 +253,17 @@ def test_classes_take_their_own_efficiency_and_latency_and_a_transposing_copy_is
     assert [gpu_cost.call_class(c) for c in calls] == ['transpose', 'copy', 'transpose', 'transpose', 'copy',
                                                        'transpose16']  # fmt: skip
     assert gpu_cost.PROFILE_CLASS['transpose16'] == 'copy'
+    # a copy that reorders the outer dimensions but keeps whole runs of the innermost one (unit stride on both sides,
+    # at least COALESCED_RUN_BYTES) is a copy: 64 float32 or bfloat16 values, not 16 float32 ones or 32 bfloat16
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        with counter:
+            for dtype, run in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 16), (torch.bfloat16, 32)):
+                torch.empty(4, 6, run, dtype=dtype).transpose(0, 1).contiguous()
+            big = torch.empty(3, 40, 64)
+            torch.empty(40, 3, 64).transpose(0, 1).copy_(big)  # a strided destination
+            torch.empty(3, 64, 40).transpose(1, 2).copy_(big)  # the innermost dimension changes
+    assert [c.cls for c in counter.calls] == ['', '', 'transpose', 'transpose16', '', 'transpose']
 
 
 def test_class_costs_recover_an_efficiency_and_a_latency_from_rows():

@@ -26,6 +26,7 @@ __all__ = [
     'GPU_CHUNK_ELEMS',
     'chunks',
     'padded_rfft',
+    'padded_buffer',
     'fft_forward',
     'fft_backward',
     'direct_conv1d',
@@ -79,20 +80,33 @@ def chunks(x: torch.Tensor, n: int, branches: int = 1) -> Iterator[tuple[slice, 
 
 def padded_rfft(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     """``rfft(x, n)`` of ``x (..., L)`` taken in ``dtype``, zero-padded to ``n`` by writing the zeros of the tail alone
-    (torch's padding fills the whole padded tensor first). An ``x`` of another dtype (a half-precision map under
-    autocast) is cast as it is copied in, one pass where a cast and a padding copy would be two; one whose positions
-    are not innermost (a channels-last map) is cast in its own layout first, so the copy that transposes it into
-    the padded tensor moves 4-byte elements (transposing 2-byte ones costs GPUs more per element:
-    docs/gpu/cost-model-calibration.md)."""
+    (torch's padding fills the whole padded tensor first) into :func:`padded_buffer`. An ``x`` of another dtype (a
+    half-precision map under autocast) is cast as it is copied in, one pass where a cast and a padding copy would be
+    two."""
     L = x.shape[-1]
     if n == L:
         return torch.fft.rfft(x.to(dtype))
-    if x.dtype != dtype and x.stride(-1) != 1 and x.shape[-1] > 1:
-        x = x.to(dtype)
-    padded = x.new_empty((*x.shape[:-1], n), dtype=dtype)
+    padded = padded_buffer(x, n, dtype)
     padded[..., L:].zero_()
     padded[..., :L].copy_(x)
     return torch.fft.rfft(padded)
+
+
+def padded_buffer(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """An empty ``(..., n)`` tensor of ``dtype`` to hold ``x (..., L)`` padded to ``n``: positions innermost where they
+    are in ``x``; else (a channels-last map) outermost, with the other dimensions in ``x``'s memory order. Then the
+    copy into it keeps ``x``'s innermost dimension (runs of channels, where a positions-innermost buffer makes it a
+    transpose, which GPUs run at a fraction of a copy's speed: docs/gpu/cost-model-calibration.md), and the
+    transform reads its sequences at one stride with the batch dimensions collapsed into one of stride 1 (torch
+    plans that as cuFFT's advanced layout, no copy; its output has the frequencies innermost)."""
+    if x.dim() == 1 or x.stride(-1) == 1 or x.shape[-1] == 1:
+        return x.new_empty((*x.shape[:-1], n), dtype=dtype)
+    order = sorted(range(x.dim() - 1), key=lambda d: -x.stride(d))  # x's other dimensions, outermost first
+    buffer = x.new_empty((n, *(x.shape[d] for d in order)), dtype=dtype)
+    perm = [0] * x.dim()  # dimension d of x is dimension perm[d] of the buffer; the positions its first
+    for i, d in enumerate(order):
+        perm[d] = i + 1
+    return buffer.permute(perm)
 
 
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:

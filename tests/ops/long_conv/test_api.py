@@ -146,14 +146,20 @@ def test_padded_rfft_equals_the_transform_of_the_cast_input(n):
     assert torch.equal(out, torch.fft.rfft(x.float(), n=n))
 
 
+def _innermost(t: torch.Tensor) -> tuple[int, int]:
+    """``(dimension counted from the last, stride)`` of ``t``'s innermost dimension of more than one element."""
+    d = min((d for d in range(t.dim()) if t.shape[d] > 1), key=t.stride)
+    return d - t.dim(), t.stride(d)
+
+
 @pytest.mark.parametrize('channels_last', [False, True])
 def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     """On fake CUDA tensors, the FFT convolution of a bfloat16 map copies ``x`` and the output gradient once each
     into their padded float32 buffers (``copy_``) and writes zeros to the padding alone, with no padding copy
     (``constant_pad_nd``, which fills the whole tensor first), forward or backward (its vjp: autograd's engine needs a
-    real GPU). With positions innermost there is no separate cast to float32 (``_to_copy``); a channels-last map is
-    cast in its own layout first, once per transform (so that the transposing copy moves 4-byte elements). The
-    output and ``x``'s gradient come back in bfloat16."""
+    real GPU), with no separate cast to float32 (``_to_copy``). A channels-last map's buffer holds the positions
+    outermost: each copy into it keeps the channels innermost on both sides (no transpose). The output and ``x``'s
+    gradient come back in bfloat16."""
     from torch._library.custom_ops import OPDEFS
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -161,7 +167,7 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     class Names(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.seen = []
+            self.seen, self.copies = [], []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func._schema.name.startswith('mrconvnext::'):  # what the operator runs (the fake mode would not)
@@ -177,6 +183,8 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
                     return out
             out = func(*args, **(kwargs or {}))
             self.seen.append((func._schema.name, tuple(t.shape for t in args if isinstance(t, torch.Tensor))))
+            if func._schema.name == 'aten::copy_':
+                self.copies.append(((args[0].dtype, args[1].dtype), *(_innermost(t) for t in args[:2])))
             return out
 
     with FakeTensorMode():
@@ -193,7 +201,12 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     ops = [name for name, _ in names.seen]
     assert 'aten::constant_pad_nd' not in ops, ops
     casts = [s for name, s in names.seen if name == 'aten::_to_copy' and s[0].numel() == 4 * 8 * 56]
-    assert len(casts) == (3 if channels_last else 0), names.seen  # x forward and backward, the gradient
+    assert not casts, names.seen
+    # x forward and backward, the output gradient: each copied into its buffer with the same innermost dimension
+    # (the channels of a channels-last map, else the positions)
+    inner = -2 if channels_last else -1
+    pads = [c[1:] for c in names.copies if c[0] == (torch.float32, torch.bfloat16)]  # into the float32 buffers
+    assert pads == [((inner, 1), (inner, 1))] * 3, names.copies
     zeros = [s[0] for name, s in names.seen if name == 'aten::zero_']
     assert [(z.numel(), z[-1]) for z in zeros] == [(4 * 8 * 56, 56)] * 3, zeros  # the padding alone (n = 112)
 
