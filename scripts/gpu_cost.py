@@ -250,6 +250,11 @@ def _shared_runs(src: torch.Tensor, dst: torch.Tensor, src_order: tuple, dst_ord
     return src.stride(d) == 1 and dst.stride(d) == 1 and run >= COALESCED_RUN_BYTES
 
 
+# Ops whose CUDA kernels make their first tensor arguments contiguous before they run (``expect_contiguous``): a
+# copy the dispatch does not show. LayerNorm's forward reads x; its backward the output gradient and x.
+_CONTIGUOUS_INPUTS = {'aten::native_layer_norm': 1, 'aten::native_layer_norm_backward': 2}
+
+
 def _channels_last_strides(t: torch.Tensor) -> bool:
     """Whether torch's ``suggest_memory_format`` calls ``t`` (a 2-D conv's input or weight) channels-last: its
     strides, with size-1 dims resolved as torch's ``is_channels_last_strides_2d`` resolves them."""
@@ -540,6 +545,11 @@ class OpCounter(TorchDispatchMode):
             for t in args[:1] if name == 'aten::convolution' else args[:2]:  # x; or grad_output and x
                 if not t.is_contiguous():
                     kind = 'transpose16' if t.element_size() <= 2 else 'transpose'
+                    self.calls.append(Call('aten::contiguous', span_bytes(t), span_bytes(t), 0, 'simt', kind))
+        elif name in _CONTIGUOUS_INPUTS and unit != 'cpu':  # likewise, inside the CUDA kernel (expect_contiguous)
+            for t in args[: _CONTIGUOUS_INPUTS[name]]:
+                if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                    kind = _copy_class('aten::clone', (t,), [t.contiguous()]) or ''
                     self.calls.append(Call('aten::contiguous', span_bytes(t), span_bytes(t), 0, 'simt', kind))
         lines, c_calls = self.events.take()
         free, self._free = self._free, 0

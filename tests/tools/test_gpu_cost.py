@@ -264,6 +264,21 @@ def test_classes_take_their_own_efficiency_and_latency_and_a_transposing_copy_is
             torch.empty(40, 3, 64).transpose(0, 1).copy_(big)  # a strided destination
             torch.empty(3, 64, 40).transpose(1, 2).copy_(big)  # the innermost dimension changes
     assert [c.cls for c in counter.calls] == ['', '', 'transpose', 'transpose16', '', 'transpose']
+    # LayerNorm's CUDA kernel makes its input contiguous first: a transposed input costs a transpose before it, a
+    # contiguous one nothing
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        x = torch.empty(8, 196, 96, device='cuda')
+        with counter:
+            F.layer_norm(x, (96,)), F.layer_norm(x.transpose(0, 1), (96,))
+            F.layer_norm(torch.empty(96, 8, 196, device='cuda').permute(1, 2, 0), (96,))
+    assert [(c.name, c.cls) for c in counter.calls] == [
+        ('aten::native_layer_norm', ''),
+        ('aten::contiguous', ''),  # outer dimensions reordered, runs of 96 float32 values moved
+        ('aten::native_layer_norm', ''),
+        ('aten::contiguous', 'transpose'),
+        ('aten::native_layer_norm', ''),
+    ]
 
 
 def test_class_costs_recover_an_efficiency_and_a_latency_from_rows():

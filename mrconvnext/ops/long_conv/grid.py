@@ -56,12 +56,13 @@ def row_grid(length: int) -> tuple[int, int]:
 
 def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.Tensor:
     """``(..., K)`` kernels -> ``(..., L, L)`` matrices ``T[t, s] = k[zero_lag + t - s]`` (0 outside the kernel), one
-    gather in the kernel's dtype."""
-    # the taps of lags 1 - L .. L - 1 zero-padded by one slice and pad, then indexed directly: on a GPU each op is a
-    # launch, made for every mixer in every training step
-    t = torch.arange(length, device=kernel.device)
+    copy in the kernel's dtype."""
+    # the taps of lags 1 - L .. L - 1 zero-padded by one slice and pad; the overlapping windows of that row (a view,
+    # H[t, j] = window[t + j]) are T with its columns reversed, so one flip writes T. On a GPU that is a copy with
+    # cached reads, where a gather by an (L, L) index (built per call: four more launches) moved 2-byte elements one
+    # at a time (docs/gpu/cost-model-calibration.md's gather16)
     window = _window(kernel, zero_lag + 1 - length, 2 * length - 1)  # entry L - 1 + lag
-    return window[..., (t + (length - 1)).view(-1, 1) - t.view(1, -1)]
+    return window.unfold(-1, length, 1).flip(-1)
 
 
 def kernel_2d(kernel: torch.Tensor, zero_lag: int, rows: int, cols: int) -> torch.Tensor:
