@@ -202,8 +202,9 @@ def _run(
     L = x.shape[-1]
     out_dtype = x.dtype
     if plan.method in dispatch.MATMUL_METHODS:
-        # plain products: autocast (if on) runs them in its dtype and the result stays in it
+        # plain products: autocast (if on) runs them in its dtype
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
+        like = x
         stacked = kernel.dim() == 3
         if amp is None:  # products in the input's dtype (float64 if either operand is)
             dtype = torch.float64 if compute == torch.float64 else x.dtype
@@ -213,7 +214,9 @@ def _run(
             y = _MatmulConv.apply(x, k, zero_lag, plan.operator)
         else:
             y = _MATMUL[plan.operator](x, k, zero_lag)
-        if bias is not None:
+        if plan.engine == 'torch':
+            y = _in_layout(like, y, bias, torch.promote_types(y.dtype, out_dtype))
+        elif bias is not None:
             y = y + bias.to(y.dtype).unsqueeze(-1)
         return y if stacked else y.squeeze(1)
     if plan.operator == 'flashfft':
@@ -235,6 +238,19 @@ def _run(
     op = operators.fft_conv_torch if plan.operator == 'fft_conv_torch' else operators.fft_conv
     y = op(_fft_input(plan, x, compute), k if stacked else k.unsqueeze(0), zero_lag, b)
     return (y if stacked else y.squeeze(1)).to(out_dtype)
+
+
+def _in_layout(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The products' ``y (B, N, C, L)`` (+ ``bias``) in ``dtype`` (``x``'s under autocast, as the FFT operators
+    return it), one kernel's laid out like ``x`` (:func:`.operators.fft_conv`'s rule), several contiguous. The
+    Toeplitz products leave the batch innermost, which a LayerNorm after them would copy into the channels-last order
+    (its CUDA kernel makes its input contiguous) after a cast of its own. Here the bias and the cast come first, in
+    ``y``'s layout (a GPU transposes 4-byte elements faster than 2-byte ones: docs/gpu/cost-model-calibration.md),
+    then one copy reorders."""
+    B, N, C, L = y.shape
+    y = y.to(dtype) if bias is None else y + bias.to(dtype).unsqueeze(-1)
+    out = torch.empty_like(x, dtype=dtype).unsqueeze(1) if N == 1 else y.new_empty((B, N, C, L))
+    return y if out.stride() == y.stride() else out.copy_(y)
 
 
 def _fft_input(plan: dispatch.LongConvPlan, t: torch.Tensor, compute: torch.dtype) -> torch.Tensor:

@@ -130,7 +130,7 @@ TOLERANCE = {torch.float32: 5e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
 def test_precision_against_float64(method, C, H, dtype):
     """float32 and fp16 inputs compute in their dtype; bf16 runs under CPU autocast (float32 input, bf16 products,
-    bf16 result), as a CUDA model does under bf16 autocast."""
+    the result in the input's float32, as the FFT operators return it), as a CUDA model does under bf16 autocast."""
     L = H * H
     x = torch.randn(1, C, H, H, dtype=DT).to(memory_format=torch.channels_last).flatten(2)
     k = torch.randn(C, 2 * L - 1, dtype=DT) / (2 * L) ** 0.5
@@ -140,9 +140,33 @@ def test_precision_against_float64(method, C, H, dtype):
             y = long_conv1d(x.float(), k.float(), zero_lag=L - 1, method=method)
     else:
         y = long_conv1d(x.to(dtype), k.to(dtype), zero_lag=L - 1, method=method)
-    assert y.dtype == dtype
+    assert y.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
+    assert y.stride() == x.stride(), 'a channels-last input gives a channels-last output'
     err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
     assert err <= TOLERANCE[dtype], err
+
+
+@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_one_kernels_output_is_laid_out_like_x_with_the_bias(method, channels_last):
+    """The torch engine's products come back laid out like ``x`` for one kernel (a channels-last map stays
+    channels-last, so the next LayerNorm copies nothing), contiguous for several, the bias added, the values those of
+    the float64 tap loop; gradients through the layout copy as through autograd on the reference."""
+    x = torch.randn(3, 12, 5, 6, dtype=DT)
+    x = (x.to(memory_format=torch.channels_last) if channels_last else x).flatten(2).requires_grad_()
+    k = torch.randn(2, 12, 41, dtype=DT, requires_grad=True)
+    b = torch.randn(12, dtype=DT, requires_grad=True)
+    y = long_conv1d(x, k[0], b, zero_lag=20, method=method)
+    ys = long_conv1d(x, k, b, zero_lag=20, method=method)
+    assert y.stride() == x.stride() and ys.is_contiguous()
+    ref = torch.stack([reference(x, ki, 20) for ki in k], 1) + b[:, None]
+    torch.testing.assert_close(ys, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y, ref[:, 0], rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad((y * g[:, 0]).sum() + (ys * g).sum(), (x, k, b))
+    want = torch.autograd.grad((ref[:, 0] * g[:, 0]).sum() + (ref * g).sum(), (x, k, b))
+    for a, w in zip(got, want, strict=True):
+        torch.testing.assert_close(a, w, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('method', METHODS)
@@ -406,9 +430,9 @@ def test_the_vjp_without_autograd_equals_autograd(method, stacked, L, K, zero_la
 def test_the_matmul_methods_backward_scatters_nothing_and_keeps_autocasts_dtype(method):
     """Training on a matmul method under bf16 autocast (on the CPU, which runs the same code as CUDA): the backward
     is the method's own vjp, so it runs no scatter (autograd through the Toeplitz gather would take it back with an
-    accumulating index_put, which serializes on a GPU's atomics), its products are bf16 GEMMs like the forward's,
-    autograd saves only x and the kernels, and the gradients agree with float64 autograd through the reference to
-    bf16 rounding (1e-2 of the largest)."""
+    accumulating index_put, which serializes on a GPU's atomics), its products are bf16 GEMMs like the forward's
+    (the result comes back in x's float32), autograd saves only x and the kernels, and the gradients agree with
+    float64 autograd through the reference to bf16 rounding (1e-2 of the largest)."""
     x = torch.randn(64, 3, 49, requires_grad=True)
     k = torch.randn(2, 3, 97, requires_grad=True)
     saved = []
@@ -417,7 +441,7 @@ def test_the_matmul_methods_backward_scatters_nothing_and_keeps_autocasts_dtype(
     ):
         with torch.autocast('cpu', dtype=torch.bfloat16):
             y = long_conv1d(x, k, zero_lag=48, method=method)
-    assert y.dtype == torch.bfloat16
+    assert y.dtype == torch.float32
     assert sum(saved) <= x.untyped_storage().nbytes() + k.untyped_storage().nbytes(), saved
     g = torch.randn(y.shape)
     calls = []
