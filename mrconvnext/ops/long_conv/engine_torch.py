@@ -94,19 +94,15 @@ def padded_rfft(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
 
 def padded_buffer(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     """An empty ``(..., n)`` tensor of ``dtype`` to hold ``x (..., L)`` padded to ``n``: positions innermost where they
-    are in ``x``; else (a channels-last map) outermost, with the other dimensions in ``x``'s memory order. Then the
-    copy into it keeps ``x``'s innermost dimension (runs of channels, where a positions-innermost buffer makes it a
-    transpose, which GPUs run at a fraction of a copy's speed: docs/gpu/cost-model-calibration.md), and the
-    transform reads its sequences at one stride with the batch dimensions collapsed into one of stride 1 (torch
-    plans that as cuFFT's advanced layout, no copy; its output has the frequencies innermost)."""
-    if x.dim() == 1 or x.stride(-1) == 1 or x.shape[-1] == 1:
+    are in ``x``; else outermost, the other dimensions after them in their order (a channels-last map's lie in
+    memory in that order). Then the copy into it keeps ``x``'s innermost dimension (runs of channels, where a
+    positions-innermost buffer makes it a transpose, which GPUs run at a fraction of a copy's speed:
+    docs/gpu/cost-model-calibration.md), and the transform reads its sequences at one stride with the other
+    dimensions collapsed into one of stride 1 (torch plans that as cuFFT's advanced layout, no copy; its output has
+    the frequencies innermost)."""
+    if x.stride(-1) == 1 or x.shape[-1] == 1:
         return x.new_empty((*x.shape[:-1], n), dtype=dtype)
-    order = sorted(range(x.dim() - 1), key=lambda d: -x.stride(d))  # x's other dimensions, outermost first
-    buffer = x.new_empty((n, *(x.shape[d] for d in order)), dtype=dtype)
-    perm = [0] * x.dim()  # dimension d of x is dimension perm[d] of the buffer; the positions its first
-    for i, d in enumerate(order):
-        perm[d] = i + 1
-    return buffer.permute(perm)
+    return x.new_empty((n, *x.shape[:-1]), dtype=dtype).movedim(0, -1)
 
 
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
