@@ -42,7 +42,8 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
 
 Precision. The FFT and direct paths compute in float32 (float64 for float64 inputs) also under autocast and for
 fp16 / bf16 inputs, and return the input dtype. The matmul methods compute in the dtype of their products: under
-autocast its fp16 / bf16 operands with float32 accumulation, like every autocast convolution, returning that dtype
+autocast its fp16 / bf16 operands with float32 accumulation, like every autocast convolution, with the result
+rounded to that dtype and returned in the input's (on the torch engine; the ONNX engine's stays in the products')
 (max |error| / max |y| against float64 at the ConvNeXt-T stage shapes: at most 5.7e-3 in bf16, 8.2e-4 in fp16);
 outside autocast the input's dtype (float32 products on CUDA follow ``torch.backends.cuda.matmul.allow_tf32``; ``'auto'`` gives float32
 CUDA inputs cuFFT instead).
