@@ -12,8 +12,10 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
 - FLOPs: ``torch.utils.flop_counter``'s formulas (matmuls, convolutions, this package's registered operators);
   other ops count none (they are memory-bound).
 - launches: one per op that moves bytes, and the copies a kernel is known to make first (torch's own depthwise
-  conv, ``_conv_depthwise2d``, makes its strided inputs contiguous); a padding (``constant_pad_nd``) is the two
-  kernels ATen runs, a fill of the whole padded tensor and a copy of the input into it.
+  conv, ``_conv_depthwise2d``, and LayerNorm's CUDA kernels make their strided inputs contiguous); a padding
+  (``constant_pad_nd``) is the two kernels ATen runs, a fill of the whole padded tensor and a copy of the input into
+  it. A copy between layouts is a transpose (``_copy_class``) unless it moves whole runs of at least
+  ``COALESCED_RUN_BYTES`` of an innermost dimension both sides share.
 - kernels and layouts the way a GPU picks them, where a fake tensor cannot ask the device: which depthwise conv
   kernel runs (cuDNN's for a channels-last map, torch's own otherwise; ``_conv_class``), the channels-last results
   of cuDNN's bfloat16 convs (``_cudnn_layout``), the materialized indices of an accumulating ``index_put`` (the
