@@ -215,7 +215,7 @@ def _run(
             y = _MatmulConv.apply(x, k, zero_lag, plan.operator)
         else:
             y = _MATMUL[plan.operator](x, k, zero_lag)
-        if plan.engine == 'torch':
+        if plan.engine == 'torch' and not torch.jit.is_tracing():  # (a TorchScript export: as the products leave it)
             y = _in_layout(like, y, bias, torch.promote_types(y.dtype, out_dtype))
         elif bias is not None:
             y = y + bias.to(y.dtype).unsqueeze(-1)

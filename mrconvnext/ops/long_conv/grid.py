@@ -62,6 +62,9 @@ def toeplitz_matrix(kernel: torch.Tensor, zero_lag: int, length: int) -> torch.T
     # cached reads, where a gather by an (L, L) index (built per call: four more launches) moved 2-byte elements one
     # at a time (docs/gpu/cost-model-calibration.md's gather16)
     window = _window(kernel, zero_lag + 1 - length, 2 * length - 1)  # entry L - 1 + lag
+    if torch.jit.is_tracing():  # the TorchScript ONNX exporter has no Unfold of traced sizes: the same entries gathered
+        t = torch.arange(length, device=kernel.device)
+        return window[..., (t + (length - 1)).view(-1, 1) - t.view(1, -1)]
     return window.unfold(-1, length, 1).flip(-1)
 
 
