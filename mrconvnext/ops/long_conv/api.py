@@ -243,14 +243,16 @@ def _run(
 
 def _in_layout(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """The products' ``y (B, N, C, L)`` (+ ``bias``) in ``dtype`` (``x``'s under autocast, as the FFT operators
-    return it), one kernel's laid out like ``x`` (:func:`.operators.fft_conv`'s rule), several contiguous. The
-    Toeplitz products leave the batch innermost, which a LayerNorm after them would copy into the channels-last order
-    (its CUDA kernel makes its input contiguous) after a cast of its own. Here the bias and the cast come first, in
-    ``y``'s layout (a GPU transposes 4-byte elements faster than 2-byte ones: docs/gpu/cost-model-calibration.md),
-    then one copy reorders."""
-    B, N, C, L = y.shape
+    return it), one kernel's laid out like ``x``. The Toeplitz products leave the batch innermost, which a LayerNorm
+    after them would copy into the channels-last order (its CUDA kernel makes its input contiguous) after a cast of
+    its own. Here the bias and the cast come first, in ``y``'s layout (a GPU transposes 4-byte elements faster than
+    2-byte ones: docs/gpu/cost-model-calibration.md), then one copy reorders. Several kernels (the branch passes of
+    the BatchNorm fold, which reduce them) stay as the products leave them: a reordering would be a pass of ``N``
+    maps."""
     y = y.to(dtype) if bias is None else y + bias.to(dtype).unsqueeze(-1)
-    out = torch.empty_like(x, dtype=dtype).unsqueeze(1) if N == 1 else y.new_empty((B, N, C, L))
+    if y.shape[1] > 1:
+        return y
+    out = torch.empty_like(x, dtype=dtype).unsqueeze(1)
     return y if out.stride() == y.stride() else out.copy_(y)
 
 

@@ -236,7 +236,11 @@ def toeplitz_conv_vjp(
             T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
         grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1).to(x.dtype)  # (B, C, L)
     if need_kernel:
-        grad_T = torch.matmul(g, x.to(product).permute(1, 0, 2))  # (N, C, L, L): sum over b of g x^T
+        # (N, C, L, L): the sum over b of g x^T, one product per channel with the N kernels' rows stacked, so that x
+        # is read once (a broadcast over N would copy it N times)
+        N, C, L = g.shape[:3]
+        rows = g.transpose(0, 1).reshape(C, N * L, -1)  # (C, N L, B)
+        grad_T = torch.bmm(rows, x.to(product).transpose(0, 1)).view(C, N, L, L).transpose(0, 1)
         grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag).to(kernel.dtype)
     return grad_x, grad_k
 
