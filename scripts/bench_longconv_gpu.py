@@ -34,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from mrconvnext.ops import long_conv1d  # noqa: E402
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch  # noqa: E402
-from mrconvnext.ops.long_conv.engine_torch import fft_forward  # noqa: E402
+from mrconvnext.ops.long_conv.engine_torch import SPECTRUM_NORM, fft_forward  # noqa: E402
 from mrconvnext.ops.long_conv.layout import kernel_spectrum  # noqa: E402
 
 # ConvNeXt-T at 224 px: (channels, map side); the mixers' kernels reach the whole map both ways (2L - 1 taps)
@@ -59,7 +59,7 @@ def _case(engine: str, C: int, H: int, device: str):
         def run(x):
             B = x.shape[0]
             xc = x.reshape(B, C, L).float()  # long_conv1d computes the FFT path in float32
-            k_f, n = kernel_spectrum(k.unsqueeze(0), L - 1, L)
+            k_f, n = kernel_spectrum(k.unsqueeze(0), L - 1, L, SPECTRUM_NORM)
             y = torch.empty_like(xc).unsqueeze(1)
             fft_forward(xc, k_f.contiguous(), n, y, None)
             return y.view(B, C, H, H)

@@ -255,6 +255,10 @@ def _shared_runs(src: torch.Tensor, dst: torch.Tensor, src_order: tuple, dst_ord
 # Ops whose CUDA kernels make their first tensor arguments contiguous before they run (``expect_contiguous``): a
 # copy the dispatch does not show. LayerNorm's forward reads x; its backward the output gradient and x.
 _CONTIGUOUS_INPUTS = {'aten::native_layer_norm': 1, 'aten::native_layer_norm_backward': 2}
+# ATen's CUDA FFTs (aten/src/ATen/native/cuda/SpectralOps.cpp) run more than cuFFT's kernels: a C2R transform may
+# overwrite its input, so it transforms a contiguous clone of it; a normalized transform (the inverse under
+# norm='backward', the forward under 'forward', both under 'ortho') then scales its output in place, a pass of its own.
+_FFT_NORMALIZATION_ARG = 2  # _fft_r2c / _fft_c2r / _fft_c2c(self, dim, normalization, ...): 0 is none
 
 
 def _channels_last_strides(t: torch.Tensor) -> bool:
@@ -553,9 +557,17 @@ class OpCounter(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and not t.is_contiguous():
                     kind = _copy_class('aten::clone', (t,), [t.contiguous()]) or ''
                     self.calls.append(Call('aten::contiguous', span_bytes(t), span_bytes(t), 0, 'simt', kind))
+        if name == 'aten::_fft_c2r' and unit != 'cpu':
+            src = args[0]
+            kind = _copy_class('aten::clone', (src,), [src.contiguous()])
+            self.calls.append(Call('aten::clone', span_bytes(src), src.numel() * src.element_size(), 0, unit, kind))
         lines, c_calls = self.events.take()
         free, self._free = self._free, 0
         written = sum(span_bytes(t) for t in outs)
+        if name in OP_CLASSES['fft'] and unit != 'cpu' and args[_FFT_NORMALIZATION_ARG] != 0:
+            self.calls.append(Call(name, read, written, flops, unit, cls, lines, c_calls, free))
+            scaled = outs[0].numel() * (2 if outs[0].is_complex() else 1)  # one FLOP per real value
+            name, read, flops, cls, lines, c_calls, free = 'aten::mul_', written, scaled, '', 0, 0, 0
         if name == 'aten::constant_pad_nd' and unit != 'cpu':
             # ATen's padding is two kernels: it fills the whole padded tensor, then copies the input into it (a
             # profile books their time under fill_ and copy_)

@@ -487,6 +487,36 @@ def test_a_padding_is_a_fill_of_the_padded_tensor_then_a_copy_of_the_input():
     assert copy_t.cls == 'transpose16'
 
 
+def test_an_inverse_fft_transforms_a_clone_and_a_normalized_one_scales_its_output():
+    """ATen's CUDA C2R transform clones its complex input first (cuFFT may overwrite it): read and written, 4 * 3 * 9
+    complex64 values of 8 bytes; a normalized transform (the inverse under ``norm='backward'``, the forward under
+    ``'forward'``) then multiplies its output in place, 4 * 3 * 16 float32 values read and written (one FLOP each;
+    two per complex value); an unnormalized one does not."""
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        x_f = torch.randn(4, 3, 9, device='cuda', dtype=torch.complex64)
+        x = torch.randn(4, 3, 16, device='cuda')
+        with counter:
+            torch.fft.irfft(x_f, n=16)
+            torch.fft.irfft(x_f, n=16, norm='forward')
+            torch.fft.rfft(x)
+            torch.fft.rfft(x, norm='forward')
+    names = [(c.name, c.read, c.written) for c in counter.calls]
+    spectrum, real = 4 * 3 * 9 * 8, 4 * 3 * 16 * 4
+    assert names == [
+        ('aten::clone', spectrum, spectrum),
+        ('aten::_fft_c2r', spectrum, real),
+        ('aten::mul_', real, real),
+        ('aten::clone', spectrum, spectrum),
+        ('aten::_fft_c2r', spectrum, real),
+        ('aten::_fft_r2c', real, spectrum),
+        ('aten::_fft_r2c', real, spectrum),
+        ('aten::mul_', spectrum, spectrum),
+    ]
+    assert (counter.calls[2].flops, counter.calls[7].flops) == (4 * 3 * 16, 2 * 4 * 3 * 9)
+    assert {c.unit for c in counter.calls} == {'simt'}
+
+
 def test_an_accumulating_index_put_reads_its_materialized_indices():
     """The backward of ``k[:, idx]`` for a (4, 64) kernel and a (32, 32) index (a Toeplitz gather): an accumulating
     ``index_put`` whose sort-based kernel reads one int64 linear index and 4 float32 values per index position

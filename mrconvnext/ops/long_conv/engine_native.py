@@ -20,6 +20,9 @@ def extension(x: torch.Tensor) -> ModuleType | None:
     return availability.load_native(availability.FFTCONV_EXT)
 
 
+# The fused kernels take the kernels' plain spectra (their inverse transforms divide by n).
+SPECTRUM_NORM = 'backward'
+
 # Sequences per task of the fused CPU kernel (kernels/fftconv): at least 32 (batched transforms of a few rows
 # were slower at n = 6272), else about 2^15 / n, so a task's buffers stay in the core's L2. On the ConvNeXt-T
 # stages (B=16, 2 threads) this was within noise of the best of 2^14..2^18 elements per task at every stage.

@@ -54,6 +54,12 @@ CHUNK_ELEMS = 1 << 20
 # fold_bn module's CHUNK_ELEMS), so the model's convolutions run as one chunk.
 GPU_CHUNK_ELEMS = 1 << 27
 
+# The kernel spectra this engine takes are divided by the FFT size n (layout.kernel_spectrum's norm='forward') and
+# its inverse transforms of products with them leave the 1 / n out (irfft's norm='forward'): ATen's CUDA inverse
+# transform applies a norm as a pass of its own over the output (an in-place multiply after cuFFT; the CPU's
+# pocketfft scales as it writes), so the scale goes on the N C (n / 2 + 1) values of the kernels' spectra instead.
+SPECTRUM_NORM = 'forward'
+
 
 def chunks(x: torch.Tensor, n: int, branches: int = 1) -> Iterator[tuple[slice, slice]]:
     """``(batch, channel)`` blocks of ``x (B, C, L)`` of about ``CHUNK_ELEMS / (branches n)`` sequences (each block's
@@ -106,8 +112,9 @@ def padded_buffer(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)``, the
-    ``N`` kernels of a chunk in one product and one inverse transform (a launch each, not ``N``). Computed in the
+    """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)`` the
+    kernels' spectra divided by ``n`` (:data:`SPECTRUM_NORM`), the ``N`` kernels of a chunk in one product and one
+    unnormalized inverse transform (a launch each, not ``N``). Computed in the
     spectra's real dtype; ``x`` and ``out`` may be of another (half precision): cast as they are padded and
     scattered (:func:`padded_rfft`).
 
@@ -119,7 +126,7 @@ def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, b
     for bs, cs in chunks(x, n, N):
         x_f = padded_rfft(x[bs, cs], n, dtype).unsqueeze(1)
         y_f = x_f.mul_(k_f[:, cs]) if N == 1 else x_f * k_f[:, cs]  # one kernel: in place
-        y = torch.fft.irfft(y_f, n=n)[..., :L]
+        y = torch.fft.irfft(y_f, n=n, norm=SPECTRUM_NORM)[..., :L]
         if bias is None:
             out[bs, :, cs] = y
         else:
@@ -130,7 +137,7 @@ def fft_backward(
     grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
-    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`). ``grad_y`` and ``x``
+    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`), ``k_f`` as there. ``grad_y`` and ``x``
     as :func:`fft_forward` takes ``x``; ``grad_x`` in ``x``'s dtype, the kernels' gradient in the spectra's."""
     L = x.shape[-1]
     N = k_f.shape[0]
@@ -149,7 +156,7 @@ def fft_backward(
             del x_conj
         if need_x:
             g_f.mul_(k_conj[:, cs])  # in place: the kernel gradient has read it
-            grad_x[bs, cs] = torch.fft.irfft(g_f[:, 0] if N == 1 else g_f.sum(1), n=n)[..., :L]
+            grad_x[bs, cs] = torch.fft.irfft(g_f[:, 0] if N == 1 else g_f.sum(1), n=n, norm=SPECTRUM_NORM)[..., :L]
     return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
 
 

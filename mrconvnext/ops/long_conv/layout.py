@@ -71,10 +71,14 @@ def fft_length(length: int, taps: int, zero_lag: int) -> int:
     return size(length + max(taps - 1 - zero_lag, zero_lag))
 
 
-def kernel_spectrum(kernel: torch.Tensor, zero_lag: int, length: int) -> tuple[torch.Tensor, int]:
+def kernel_spectrum(
+    kernel: torch.Tensor, zero_lag: int, length: int, norm: str = 'backward'
+) -> tuple[torch.Tensor, int]:
     """``(k_f, n)``: the spectrum ``(..., n // 2 + 1)`` of ``kernel (..., K)`` cropped to what reaches ``length``
     outputs, on the circle of the FFT size ``n`` the convolution of a ``length``-long input uses. Computed in the
-    kernel's dtype (what the FFT convolution multiplies the input's spectrum by)."""
+    kernel's dtype (what the FFT convolution multiplies the input's spectrum by). ``norm`` as torch.fft's:
+    ``'backward'`` the plain DFT, ``'forward'`` divided by ``n`` (for an engine whose inverse transforms leave out
+    the ``1 / n``)."""
     kernel, zero_lag = crop_kernel(kernel, zero_lag, length)
     n = fft_length(length, kernel.shape[-1], zero_lag)
-    return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n), n
+    return torch.fft.rfft(circular_kernel(kernel, zero_lag, n), n=n, norm=norm), n

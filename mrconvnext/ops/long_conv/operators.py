@@ -51,17 +51,18 @@ def _empty(t: torch.Tensor) -> torch.Tensor:
     return t.new_empty(0)
 
 
-def _torch_engine(x: torch.Tensor) -> tuple[Callable, Callable]:
-    """``(forward, backward)`` of the torch.fft engine."""
-    return engine_torch.fft_forward, engine_torch.fft_backward
+def _torch_engine(x: torch.Tensor) -> tuple[Callable, Callable, str]:
+    """``(forward, backward, the normalization of the kernel spectra they take)`` of the torch.fft engine."""
+    return engine_torch.fft_forward, engine_torch.fft_backward, engine_torch.SPECTRUM_NORM
 
 
-def _cpu_engine(x: torch.Tensor) -> tuple[Callable, Callable]:
-    """``(forward, backward)`` of the native engine for ``x`` where it runs, else of the torch.fft engine."""
+def _cpu_engine(x: torch.Tensor) -> tuple[Callable, Callable, str]:
+    """:func:`_torch_engine`'s triple of the native engine for ``x`` where it runs, else of the torch.fft engine."""
     ext = engine_native.extension(x)
     if ext is None:
         return _torch_engine(x)
-    return functools.partial(engine_native.fft_forward, ext), functools.partial(engine_native.fft_backward, ext)
+    forward, backward = (functools.partial(f, ext) for f in (engine_native.fft_forward, engine_native.fft_backward))
+    return forward, backward, engine_native.SPECTRUM_NORM
 
 
 def _native(engine: Callable) -> bool:
@@ -71,9 +72,10 @@ def _native(engine: Callable) -> bool:
 def _forward(engine, x, kernel, zero_lag, bias):
     if _native(engine) and x.dtype != kernel.dtype:  # the native kernels take x in the kernel's dtype
         return _forward(engine, x.to(kernel.dtype), kernel, zero_lag, bias).to(x.dtype)
-    k_f, n = kernel_spectrum(kernel, zero_lag, x.shape[-1])
+    forward, _, norm = engine(x)
+    k_f, n = kernel_spectrum(kernel, zero_lag, x.shape[-1], norm)
     y = _new_out(x, kernel.shape[0])
-    engine(x)[0](x, k_f.contiguous(), n, y, bias)
+    forward(x, k_f.contiguous(), n, y, bias)
     return y
 
 
@@ -85,8 +87,9 @@ def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
         return grad_x.to(x.dtype), (grad_k if need_k else _empty(x))
     L = x.shape[-1]
     cropped, z = crop_kernel(kernel, zero_lag, L)
-    k_f, n = kernel_spectrum(kernel, zero_lag, L)
-    grad_x, grad_circ = engine(x)[1](grad_y, x, k_f.contiguous(), n, need_x, need_k)
+    _, backward, norm = engine(x)
+    k_f, n = kernel_spectrum(kernel, zero_lag, L, norm)
+    grad_x, grad_circ = backward(grad_y, x, k_f.contiguous(), n, need_x, need_k)
     grad_k = _empty(x)
     if need_k:
         taps = cropped.shape[-1]

@@ -159,7 +159,9 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     (``constant_pad_nd``, which fills the whole tensor first), forward or backward (its vjp: autograd's engine needs a
     real GPU), with no separate cast to float32 (``_to_copy``). A channels-last map's buffer holds the positions
     outermost: each copy into it keeps the channels innermost on both sides (no transpose). The output and ``x``'s
-    gradient come back in bfloat16."""
+    gradient come back in bfloat16. The inverse transforms of maps (the output, ``x``'s gradient) are unnormalized:
+    ATen's CUDA transform applies a norm in a pass of its own over its output; the ``1 / n`` is on the kernels'
+    spectra, which are normalized instead."""
     from torch._library.custom_ops import OPDEFS
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -167,7 +169,7 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     class Names(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.seen, self.copies = [], []
+            self.seen, self.copies, self.norms = [], [], []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func._schema.name.startswith('mrconvnext::'):  # what the operator runs (the fake mode would not)
@@ -185,6 +187,8 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
             self.seen.append((func._schema.name, tuple(t.shape for t in args if isinstance(t, torch.Tensor))))
             if func._schema.name == 'aten::copy_':
                 self.copies.append(((args[0].dtype, args[1].dtype), *(_innermost(t) for t in args[:2])))
+            if func._schema.name.startswith('aten::_fft_'):  # (name, normalization (0: none), output shape)
+                self.norms.append((func._schema.name, args[2], tuple(out.shape)))
             return out
 
     with FakeTensorMode():
@@ -209,6 +213,10 @@ def test_the_cuda_fft_path_casts_a_half_input_while_it_pads_it(channels_last):
     assert pads == [((inner, 1), (inner, 1))] * 3, names.copies
     zeros = [s[0] for name, s in names.seen if name == 'aten::zero_']
     assert [(z.numel(), z[-1]) for z in zeros] == [(4 * 8 * 56, 56)] * 3, zeros  # the padding alone (n = 112)
+    maps = [(name, norm) for name, norm, shape in names.norms if shape[0] == 4]  # the batch of 4: maps, not kernels
+    assert sorted(maps) == [('aten::_fft_c2r', 0)] * 2 + [('aten::_fft_r2c', 0)] * 3, names.norms
+    kernels = [norm for name, norm, shape in names.norms if name == 'aten::_fft_r2c' and shape[0] != 4]
+    assert kernels == [2, 2], names.norms  # by n
 
 
 def test_chunks_cover_the_tensor_once(monkeypatch):
