@@ -20,7 +20,8 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
   kernel runs (cuDNN's for a channels-last map, torch's own otherwise; ``_conv_class``), the channels-last results
   of cuDNN's bfloat16 convs (``_cudnn_layout``), the materialized indices of an accumulating ``index_put`` (the
   sort its CUDA kernel runs; ``_index_put_accumulate``), and matmuls whose rows cuBLAS cannot read aligned
-  (``_unaligned``).
+  (``_unaligned``), and what ATen's CUDA FFTs run besides cuFFT (a C2R transform's clone of its input, a
+  normalized transform's scaling pass; ``_FFT_NORMALIZATION_ARG``).
 - host: what runs between two ops (a model's forward, this package's operators and plans, a Python backward),
   counted, not timed (:class:`PythonEvents`): the lines of Python executed and the calls of C functions from Python,
   less the way into the counter at each op (:func:`dispatch_baseline`), and the ops that launch nothing (views,
@@ -1310,7 +1311,9 @@ see:
   one measured time per launch (`launch_time`, the profiled self CPU time of one-kernel ops, the autograd recording
   of a training forward included). The GPU hosts themselves differ: convnext_tiny's batch-1 forward, host-bound,
   took 6.2 ms on three H200 machines and 9.6 ms on a fourth (call 2);
-- **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels;
+- **extra kernels**: one launch per op, where a convolution's backward runs two or three kernels (the padding's
+  fill and copy, LayerNorm's copy of a strided input and an FFT's clone of a C2R input and pass of its norm are
+  counted);
 - **first calls**: the counted runs find the package's size-only caches (Fourier bases, tap indices) filled, as a
   GPU's later calls do; what a first call costs (building them on the host, copying them over) is not counted.
 
