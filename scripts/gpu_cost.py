@@ -23,8 +23,9 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
   (``_unaligned``), and what ATen's CUDA FFTs run besides cuFFT (a C2R transform's clone of its input, a
   normalized transform's scaling pass; ``_FFT_NORMALIZATION_ARG``).
 - host: what runs between two ops (a model's forward, this package's operators and plans, a Python backward),
-  counted, not timed (:class:`PythonEvents`): the lines of Python executed and the calls of C functions from Python,
-  less the way into the counter at each op (:func:`dispatch_baseline`), and the ops that launch nothing (views,
+  counted, not timed (:class:`PythonEvents`): the lines of Python executed (with the calls of builtins and other C
+  functions that cost about as much) and the calls of torch's op bindings (:func:`torch_binding`), less the way
+  into the counter at each op (:func:`dispatch_baseline`), and the ops that launch nothing (views,
   allocations). The count is the same on every run of the same code, where the time this shared machine takes for it
   varied 2x between runs. The backward walk's own bookkeeping and its calls of C++ nodes, which stand for the
   autograd engine's C++, are left out.
@@ -48,7 +49,7 @@ cuDNN's and torch's own depthwise convolutions and their backwards, copies withi
 operator of this package, the rest. Units: tensor cores for half-precision matmuls and dense convolutions; for
 grouped convolutions the rate measured for cuDNN's depthwise kernels; CUDA cores otherwise. The host issues each op
 after what comes before it: ``FREE_S`` per op that launches nothing, ``LINE_S`` per line of Python and ``C_CALL_S``
-per call of a C function from Python, and ``ISSUE_S`` of dispatch and launch (:func:`host_times`); the device runs the ops in order, each once it is issued and
+per call of one of torch's op bindings from Python, and ``ISSUE_S`` of dispatch and launch (:func:`host_times`); the device runs the ops in order, each once it is issued and
 the one before it is done (:func:`timeline`): small ops behind a large one cost nothing extra, a run of small ops
 costs their host time. Each class's efficiency and latency are measured from per-op GPU profiles, ``ISSUE_S`` and
 ``FREE_S`` too (:func:`launch_time`, :func:`free_time`); ``LINE_S`` and ``C_CALL_S`` are fitted (``--calibrate``);
@@ -158,7 +159,7 @@ CLASS_COST: dict[str, tuple[float, float]] = {'other': (0.5, 1.5e-6)}
 ISSUE_S = 7e-6  # host seconds per counted op (dispatcher, launch) on the GPU's host: measured by --calibrate
 FREE_S = 2e-6  # host seconds per op that launches nothing (a view, an allocation): measured by --calibrate
 LINE_S = 1e-7  # the GPU host's seconds per line of Python executed: fitted by --calibrate
-C_CALL_S = 1e-6  # the GPU host's seconds per call of a C function from Python (torch's bindings among them): fitted
+C_CALL_S = 1e-6  # the GPU host's seconds per call of one of torch's op bindings from Python: fitted
 LATENCY_S = 1.5e-6  # the latency that goes with one efficiency for every class (``efficiency=<float>``)
 FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconvnext_t', 'talkconvnext2d_t']
 FAMILIES_T += ['lightconvnext_t', 'dynconvnext_t']
@@ -365,11 +366,33 @@ def _cuda_impl(qualname: str):
     return opdef._backend_fns.get('cuda') or opdef._init_fn
 
 
+# C functions that cost about a line of Python where torch's op bindings cost microseconds: builtins (``isinstance``,
+# ``len``, ``dict.get``), queries of torch's state (``torch.is_grad_enabled``) and tensor methods that read metadata.
+# Counted at the time of torch's op bindings they moved the modeled deployed mrconvnext_t forward at batch 1 13 %
+# (20.8 -> 18.0 ms) for a change that saved 2-3 % of its mixers' host time, timed on a CPU (2026-11-28: the int fast
+# paths of ops/symbolic.py, 2234 -> 1838 C calls).
+_METADATA_METHODS = {'dim', 'ndimension', 'numel', 'nelement', 'size', 'stride', 'storage_offset', 'element_size'}
+_METADATA_METHODS |= {'is_floating_point', 'is_complex', 'is_contiguous', 'get_device', 'data_ptr', 'untyped_storage'}
+_OP_MODULES = {'torch._C._nn', 'torch._C._fft', 'torch._C._linalg', 'torch._C._special', 'torch._C._nested'}
+
+
+def torch_binding(fn) -> bool:
+    """Whether a C function called from Python is one of torch's op bindings (a tensor method, a ``torch.*``,
+    ``torch.nn.functional`` or ``torch.fft`` op), which parse their arguments and enter the dispatcher, rather than
+    a builtin, a query of torch's state or a tensor's metadata (see ``_METADATA_METHODS``)."""
+    if isinstance(getattr(fn, '__self__', None), torch.Tensor):
+        return fn.__name__ not in _METADATA_METHODS
+    return getattr(fn, '__qualname__', '').startswith('_VariableFunctionsClass.') or (
+        getattr(fn, '__module__', None) in _OP_MODULES
+    )
+
+
 class PythonEvents:
-    """A count of the Python that runs while started: the lines it executes (``sys.settrace``) and its calls of C
-    functions (``sys.setprofile``: torch's functions and tensor methods among them). Unlike the time they take on
-    this shared machine, the count is the same on every run of the same code. Lines of fake tensors' own Python
-    (``.device`` is a Python property of a fake tensor, a C field of a real one) are not counted."""
+    """A count of the Python that runs while started: the lines it executes (``sys.settrace``) with its calls of C
+    functions that cost about as much (:func:`torch_binding`), and its calls of torch's op bindings
+    (``sys.setprofile``). Unlike the time they take on this shared machine, the count is the same on every run of
+    the same code. Lines of fake tensors' own Python (``.device`` is a Python property of a fake tensor, a C field
+    of a real one) are not counted."""
 
     def __init__(self) -> None:
         self.lines = 0
@@ -387,7 +410,10 @@ class PythonEvents:
 
     def _profile(self, frame, event, arg):
         if event == 'c_call':
-            self.c_calls += 1
+            if torch_binding(arg):
+                self.c_calls += 1
+            else:
+                self.lines += 1
 
     def start(self) -> None:
         if not self.active:
@@ -400,11 +426,12 @@ class PythonEvents:
         if self.active:
             sys.setprofile(self._outer[1])
             sys.settrace(self._outer[0])
-            self.c_calls -= 1  # the call of setprofile just made
+            self.lines -= 1  # the call of setprofile just made
             self.active = False
 
     def take(self) -> tuple[int, int]:
-        """``(lines, C calls)`` since the last take (none below zero: see :meth:`OpCounter.__torch_dispatch__`)."""
+        """``(lines and light C calls, op bindings called)`` since the last take (none below zero: see
+        :meth:`OpCounter.__torch_dispatch__`)."""
         out = max(0, self.lines), max(0, self.c_calls)
         self.lines = self.c_calls = 0
         return out
@@ -1219,9 +1246,9 @@ def free_time(calls: tuple[str, ...] = ('call2', 'call3')) -> float:
     return statistics.median(per_row)
 
 
-# the fitted host constants' grid: 0 to 1 µs per line of Python, 0 to 10 µs per call of a C function
+# the fitted host constants' grid: 0 to 1 µs per line of Python, 0 to 20 µs per call of an op binding
 LINE_GRID = [i * 50e-9 for i in range(21)]
-C_CALL_GRID = [i * 100e-9 for i in range(101)]
+C_CALL_GRID = [i * 100e-9 for i in range(201)]
 
 
 def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float, float, float], float]:
@@ -1290,7 +1317,7 @@ LIMITS = """## What the model sees and what it does not
 It counts what eager PyTorch dispatches on fake CUDA tensors (bf16 autocast, channels-last), the CUDA paths of this
 package's engines included, and models each op as its roofline time (the slower of its bytes at the bandwidth and
 its FLOPs at its unit's rate) over its class's measured efficiency plus its class's measured latency, on a device fed
-by a host that issues each op after what runs before it (the Python, counted in lines and calls of C functions, and
+by a host that issues each op after what runs before it (the Python, counted in lines and calls of op bindings, and
 the ops that launch nothing) and a fixed dispatch and launch time (`scripts/gpu_cost.py`'s docstring). It does not
 see:
 - **fusion**: `torch.compile` fuses pointwise ops into their neighbours; the model counts eager (every op through
@@ -1302,9 +1329,10 @@ see:
 - **shapes within a class**: a class has one efficiency and one latency. Transposes differ by which dimensions they
   swap; GEMMs by their tile fit; gathers and scatters by their index pattern (`index_add_` into a small kernel from
   many positions serializes on atomics; an accumulating `index_put` walks each destination's duplicates in turn);
-- **the host beyond a count**: the Python between ops is counted in lines executed and calls of C functions (torch
-  functions, tensor methods and builtins alike; operator syntax such as `y * 3` makes none), at one fitted time
-  each, as if every line and every call cost the same; the Python bindings' argument parsing and the C++ of
+- **the host beyond a count**: the Python between ops is counted in lines executed (a call of a builtin, of a query
+  of torch's state or of a tensor's metadata method counted as one) and calls of torch's op bindings (tensor
+  methods, `torch.*` ops; operator syntax such as `y * 3` makes none), at one fitted time each, as if every line
+  and every call cost the same; the Python bindings' argument parsing and the C++ of
   composite ops that decompose before they reach the counter (`linear` into `t` and `addmm`, `to` into `_to_copy`)
   are in the time per call. Ops that
   launch nothing cost one measured time each (`free_time`); synchronizations, the allocator and the driver are in
@@ -1464,14 +1492,17 @@ def calibrate(out: Path) -> None:
         f"profiler's own cost included); **{issue[1] * 1e6:.2f} µs** per op before it that launches nothing (views, "
         'allocations), measured the same way (`free_time`: the median over those rows of the pooled self CPU time per '
         f'call of such ops); and **{issue[2] * 1e9:.0f} ns** per line of the Python before it and '
-        f'**{issue[3] * 1e6:.2f} µs** per call of a C function from it (counted here, `PythonEvents`, the same on '
-        'every count of the same code), the two fitted constants (grid search on call 1: the least mean squared log '
-        f'error of the predicted ms plus that of the predicted ratios, {loss:.4f}). A C call is any call of a C '
-        'function from Python as `sys.setprofile` reports it: torch functions and tensor methods (`torch.cat`, '
-        '`.view()`, `.sum()`) and builtins (`isinstance`, `len`) alike; operator syntax (`y * 3`) dispatches without '
-        "one. Its fitted time stands for what the profiles' self CPU times leave out, spread over all such calls: "
-        "the bindings' argument parsing and the C++ of the composite ops they enter (`linear`, `to`); the fit leaves "
-        'little or nothing to the lines themselves. One time per line or per call is a simplification: '
+        f"**{issue[3] * 1e6:.2f} µs** per call of one of torch's op bindings from it (counted here, `PythonEvents`, "
+        'the same on every count of the same code), the two fitted constants (grid search on call 1: the least mean squared log '
+        f'error of the predicted ms plus that of the predicted ratios, {loss:.4f}). An op binding is a C function '
+        'called from Python, as `sys.setprofile` reports it, that parses its arguments and enters the dispatcher: '
+        'tensor methods and `torch.*` ops (`torch.cat`, `.view()`, `.sum()`); operator syntax (`y * 3`) dispatches '
+        "without one. Calls of builtins (`isinstance`, `len`), queries of torch's state (`torch.is_grad_enabled`) and "
+        'tensor metadata (`.dim()`) count as lines: counted as bindings, they moved the modeled deployed '
+        "mrconvnext_t forward at batch 1 13 % for a change that saved 2-3 % of its mixers' host time, timed on a CPU. The "
+        "bindings' fitted time stands for what the profiles' self CPU times leave out, spread over all such calls: "
+        'their argument parsing and the C++ of the composite ops they enter (`linear`, `to`). One time per line or '
+        'per call is a simplification: '
         'the host-bound rows of the matmul methods at e065b57 (calls 1 and 2, batch 1 and 8) took 10-12 ms more on the '
         'GPU host than those of the FFT, which the counts do not show.',
         '',
