@@ -1246,9 +1246,9 @@ def free_time(calls: tuple[str, ...] = ('call2', 'call3')) -> float:
     return statistics.median(per_row)
 
 
-# the fitted host constants' grid: 0 to 1 µs per line of Python, 0 to 20 µs per call of an op binding
+# the fitted host constants' grid: 0 to 1 µs per line of Python, 0 to 40 µs per call of an op binding
 LINE_GRID = [i * 50e-9 for i in range(21)]
-C_CALL_GRID = [i * 100e-9 for i in range(201)]
+C_CALL_GRID = [i * 100e-9 for i in range(401)]
 
 
 def fit(pairs: list[tuple[dict, StepCost]], gpu: str) -> tuple[dict, tuple[float, float, float, float], float]:
