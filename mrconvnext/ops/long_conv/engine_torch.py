@@ -114,9 +114,8 @@ def padded_buffer(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
     """``out (B, N, C, L) = crop_L(irfft(rfft(x, n) * k_f))`` (+ ``bias``) chunk by chunk, for ``k_f (N, C, F)`` the
     kernels' spectra divided by ``n`` (:data:`SPECTRUM_NORM`), the ``N`` kernels of a chunk in one product and one
-    unnormalized inverse transform (a launch each, not ``N``). Computed in the
-    spectra's real dtype; ``x`` and ``out`` may be of another (half precision): cast as they are padded and
-    scattered (:func:`padded_rfft`).
+    unnormalized inverse transform (a launch each, not ``N``). Computed in the spectra's real dtype; ``x`` and
+    ``out`` may be of another (half precision): cast as they are padded and scattered (:func:`padded_rfft`).
 
     ``out`` may be strided (e.g. a channels-last view): inputs are gathered and outputs scattered per chunk,
     never copied whole."""
@@ -137,8 +136,9 @@ def fft_backward(
     grad_y: torch.Tensor, x: torch.Tensor, k_f: torch.Tensor, n: int, need_x: bool, need_k: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
-    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`), ``k_f`` as there. ``grad_y`` and ``x``
-    as :func:`fft_forward` takes ``x``; ``grad_x`` in ``x``'s dtype, the kernels' gradient in the spectra's."""
+    chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`). ``k_f``, ``grad_y`` and
+    ``x`` as :func:`fft_forward` takes ``k_f`` and ``x``; ``grad_x`` in ``x``'s dtype, the kernels' gradient in the
+    spectra's."""
     L = x.shape[-1]
     N = k_f.shape[0]
     dtype = k_f.real.dtype
