@@ -17,8 +17,6 @@ def static_size(size):
     """A traced size (a 0-dim tensor under ``torch.jit.trace``) as the int it had at trace time, which the trace fixes;
     an int or a symbolic size as it is (no guard under ``torch.compile``). For sizes the trace must keep constant
     (a map's height and width, a kernel's taps), never the batch."""
-    if type(size) is int:  # the eager case first: these run several times per mixer call, on the host's time
-        return size
     return int(size) if isinstance(size, torch.Tensor) else size
 
 
@@ -34,17 +32,13 @@ def known_true(condition) -> bool:
 def sym_min(a, b):
     """``torch.sym_min`` for symbolic sizes; plain ``min`` for two ints (torch 2.11's dynamo refused ``torch.sym_min``
     of two ints: "torch.* op returned non-Tensor") and for traced sizes (taken at their trace-time values)."""
-    if type(a) is int and type(b) is int:  # the eager case first (under dynamo a size may pass as an int: min)
+    if isinstance(a, int) and isinstance(b, int):  # first: the eager case, several calls per mixer call
         return min(a, b)
-    if _traced(a, b):
-        return min(int(a), int(b))
-    return min(a, b) if isinstance(a, int) and isinstance(b, int) else torch.sym_min(a, b)
+    return min(int(a), int(b)) if _traced(a, b) else torch.sym_min(a, b)
 
 
 def sym_max(a, b):
     """``torch.sym_max`` for symbolic sizes; plain ``max`` for two ints and traced sizes (see :func:`sym_min`)."""
-    if type(a) is int and type(b) is int:
+    if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
-    if _traced(a, b):
-        return max(int(a), int(b))
-    return max(a, b) if isinstance(a, int) and isinstance(b, int) else torch.sym_max(a, b)
+    return max(int(a), int(b)) if _traced(a, b) else torch.sym_max(a, b)
