@@ -370,7 +370,7 @@ def _cuda_impl(qualname: str):
 # ``len``, ``dict.get``), queries of torch's state (``torch.is_grad_enabled``) and tensor methods that read metadata.
 # Counted at the time of torch's op bindings they moved the modeled deployed mrconvnext_t forward at batch 1 13 %
 # (20.8 -> 18.0 ms) for a change that saved 2-3 % of its mixers' host time, timed on a CPU (2026-11-28: the int fast
-# paths of ops/symbolic.py, 2234 -> 1838 C calls).
+# paths of ops/symbolic.py as committed in 5609f21, 2234 -> 1838 C calls).
 _METADATA_METHODS = {'dim', 'ndimension', 'numel', 'nelement', 'size', 'stride', 'storage_offset', 'element_size'}
 _METADATA_METHODS |= {'is_floating_point', 'is_complex', 'is_contiguous', 'get_device', 'data_ptr', 'untyped_storage'}
 _OP_MODULES = {'torch._C._nn', 'torch._C._fft', 'torch._C._linalg', 'torch._C._special', 'torch._C._nested'}
