@@ -40,6 +40,10 @@ CASES = [
                                             ('toeplitz', 'auto'), ('rowdft', 'auto')])  # fmt: skip
 @pytest.mark.parametrize('B, C, L, N, K, zero_lag, shift', CASES)
 def test_outputs_statistics_and_gradients_match_the_naive_form(B, C, L, N, K, zero_lag, shift, method, engine):
+    _check_against_naive(B, C, L, N, K, zero_lag, shift, method, engine)
+
+
+def _check_against_naive(B, C, L, N, K, zero_lag, shift, method, engine):
     x = (torch.randn(B, C, L, dtype=DT) + shift).requires_grad_()
     k = torch.randn(N, C, K, dtype=DT, requires_grad=True)
     w, b, a = (torch.randn(N, C, dtype=DT, requires_grad=True) for _ in range(3))
@@ -53,6 +57,38 @@ def test_outputs_statistics_and_gradients_match_the_naive_form(B, C, L, N, K, ze
     for got, want in zip(torch.autograd.grad(y, (x, k, w, b, a), g), torch.autograd.grad(y_ref, (x, k, w, b, a), g),
                          strict=True):  # fmt: skip
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-9 * (1 + shift) * want.abs().max().item())
+
+
+# items per chunk: 7 + 7 + 5 (balanced; 8 would take a fourth chunk) and 16 + 16 + 5 (13 balanced, rounded up)
+@pytest.mark.parametrize('B, most', [(19, 9), (37, 16)])
+@pytest.mark.parametrize('method, engine', [('fft', 'torch'), ('toeplitz', 'auto')])
+def test_batch_chunks_match_the_naive_form(monkeypatch, B, most, method, engine):
+    """The statistics and the backward over several batch chunks (merged moments, summed gradients) against the naive
+    form over the whole batch, in float64."""
+    C, L, N = 2, 6, 3
+    monkeypatch.setattr(fold_bn, 'CHUNK_ELEMS', most * N * C * L)
+    assert len(list(fold_bn._chunks(B, N * C * L))) == 3
+    _check_against_naive(B, C, L, N, 9, 4, 3.0, method, engine)
+
+
+def test_batch_chunks_cover_the_batch_in_equal_aligned_slices(monkeypatch):
+    """Every batch in order, as few chunks as the bound allows, all but the last of one size, that size a multiple of
+    8 where one within the bound gives as few chunks: 128 items at up to 111 per chunk as 64 + 64, not 111 + 17."""
+    monkeypatch.setattr(fold_bn, 'CHUNK_ELEMS', 1000)
+    assert [s.stop - s.start for s in fold_bn._chunks(128, 9)] == [64, 64]
+    for B in range(1, 140):
+        for per_item in (1, 7, 9, 33, 77, 120, 999, 1000, 1001, 5000):
+            most = max(1, 1000 // per_item)
+            fewest = -(-B // most)
+            sizes = [s.stop - s.start for s in fold_bn._chunks(B, per_item)]
+            starts = [s.start for s in fold_bn._chunks(B, per_item)]
+            assert starts == [sum(sizes[:i]) for i in range(len(sizes))] and sum(sizes) == B
+            assert max(sizes) <= most and len(sizes) == fewest, (B, per_item, sizes)
+            if len(sizes) > 1:
+                assert len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0], (B, per_item, sizes)
+                # a multiple of 8 within the bound that still gives the fewest chunks
+                aligned_fits = any(-(-B // m) == fewest for m in range(8, most + 1, 8))
+                assert sizes[0] % 8 == 0 or not aligned_fits, (B, per_item, sizes)
 
 
 @pytest.mark.parametrize('method, engine', [('auto', 'auto'), ('fft', 'torch'), ('direct', 'auto'),
