@@ -122,7 +122,9 @@ def rowdft_conv(
         out = _rows_by_dft(spec, *dft_ops)
     else:
         out = torch.cond(B <= ONNX_DFT_MAX_BATCH, _by_dft, _by_blocks, (spec, blocks, *dft_ops))
-    # out: (B, N, C, (f, s), Q)
+    # out: (B, N, C, f, (s, Q)), unfolded here rather than in the If's branches: ONNX Runtime copies a branch's last
+    # Reshape into the If's output (a pass over the map), where in the main graph it reshapes in place
+    out = out.reshape(B, N, C, 2 * P, Q)  # (B, N, C, (f, s), Q)
     y = torch.matmul(_frequency_major(row_idft(P, x.dtype, x.device), P, 1), out)  # (B, N, C, P, Q)
     return y.reshape(B, N, C, P * Q)[..., :L]
 
@@ -142,27 +144,27 @@ def _dft_operands(kernel: torch.Tensor, zero_lag: int, P: int, Q: int, dtype: to
 
 
 def _rows_by_blocks(spec: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """``spec (B, C, (f, r), Q)`` times each channel's and frequency's block -> ``(B, N, C, (f, s), Q)``. The
+    """``spec (B, C, (f, r), Q)`` times each channel's and frequency's block -> ``(B, N, C, f, (s, Q))``. The
     frequency index stays outside the real / imaginary one, so at batch 1 the two transposes move nothing, and at
     larger batches runs of ``2Q`` values."""
     B, C, P2, Q = spec.shape
     N = blocks.shape[0]
     spec = spec.reshape(B, C * P2 // 2, 2 * Q).transpose(0, 1)  # (c f, b, (r, w))
     out = torch.matmul(spec, blocks)  # (N, C P, B, (s, w'))
-    return out.view(N, C * P2 // 2, B, 2 * Q).permute(2, 0, 1, 3).reshape(B, N, C, P2, Q)
+    # contiguous: torch.cond takes branches whose outputs have the same strides; exported, this one ends in its Transpose
+    return out.view(N, C, P2 // 2, B, 2 * Q).permute(3, 0, 1, 2, 4).contiguous()
 
 
 def _rows_by_dft(
     spec: torch.Tensor, re: torch.Tensor, im: torch.Tensor, cdft: torch.Tensor, cidft: torch.Tensor
 ) -> torch.Tensor:
-    """Identity 4 along the rows: ``spec (B, C, (f, r), Q)`` -> ``(B, N, C, (f, s), Q)``, the complex products with the
+    """Identity 4 along the rows: ``spec (B, C, (f, r), Q)`` -> ``(B, N, C, f, (s, Q))``, the complex products with the
     spectrum on separate real and imaginary parts (no split or concatenation of the spectra)."""
     B, C, P2, Q = spec.shape
-    N, n = re.shape[0], 2 * Q - 1
+    n = 2 * Q - 1
     rows = spec.reshape(B, 1, C, P2 // 2, 2 * Q)
     zr, zi = torch.matmul(rows, cdft[:, :n]), torch.matmul(rows, cdft[:, n:])  # (B, 1, C, P, N2)
-    y = torch.matmul(zr * re - zi * im, cidft[:n]) + torch.matmul(zr * im + zi * re, cidft[n:])  # (B, N, C, P, 2Q)
-    return y.reshape(B, N, C, P2, Q)
+    return torch.matmul(zr * re - zi * im, cidft[:n]) + torch.matmul(zr * im + zi * re, cidft[n:])  # (B, N, C, P, 2Q)
 
 
 # torch.cond's two branches take the same operands
