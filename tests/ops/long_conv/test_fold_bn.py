@@ -59,7 +59,7 @@ def _check_against_naive(B, C, L, N, K, zero_lag, shift, method, engine):
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-9 * (1 + shift) * want.abs().max().item())
 
 
-# items per chunk: 7 + 7 + 5 (balanced; 8 would take a fourth chunk) and 16 + 16 + 5 (13 balanced, rounded up)
+# items per chunk: 8 + 8 + 3 (7 balanced, rounded up) and 16 + 16 + 5 (13 balanced, rounded up)
 @pytest.mark.parametrize('B, most', [(19, 9), (37, 16)])
 @pytest.mark.parametrize('method, engine', [('fft', 'torch'), ('toeplitz', 'auto')])
 def test_batch_chunks_match_the_naive_form(monkeypatch, B, most, method, engine):
