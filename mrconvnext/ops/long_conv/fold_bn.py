@@ -51,9 +51,12 @@ __all__ = [
 ]
 
 # Branch-output elements (batch chunk x N x C x L) formed at once by the statistics and backward passes. Chosen by
-# counting mrconvnext_t's training step at batch 128 on fake CUDA at 2^24, 2^25 and 2^26 (`python scripts/gpu_cost.py
-# --model mrconvnext_t --train`): 2^25 cuts launches and bytes for a little more peak memory; 2^26 adds memory.
-CHUNK_ELEMS = 1 << 25
+# counting mrconvnext_t's training step at batch 128 on fake CUDA with the chunks of _chunks (`python
+# scripts/gpu_cost.py --model mrconvnext_t --train --gpu h100`, 2026-11-28): 2^25 elements 285.1 ms, peak 8923 MiB
+# (1.05x convnext_tiny's); 5 * 2^23 259.9 ms, 9054 MiB (1.07x); 3 * 2^24 254.2 ms, 9251 MiB (1.09x); 2^26 251.1 ms,
+# 9611 MiB (1.13x). Fewer chunks launch less and build each chunk's Toeplitz matrices fewer times (stage 3 runs as
+# one chunk); 5 * 2^23 takes most of that within a 1.10x memory target with room for the real allocator.
+CHUNK_ELEMS = 5 << 23
 
 
 def _chunks(B: int, per_item: int):
