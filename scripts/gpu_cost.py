@@ -165,6 +165,7 @@ FAMILIES_T = ['convnext_tiny', 'mrconvnext_t:reparam', 'mrconvnext_t', 'talkconv
 FAMILIES_T += ['lightconvnext_t', 'dynconvnext_t']
 _FREE = {'aten::detach', 'aten::_unsafe_view', 'prim::device', 'aten::lift_fresh', 'aten::alias', 'aten::empty'}
 _FREE |= {'aten::empty_strided', 'aten::empty_like', 'aten::new_empty', 'aten::new_empty_strided', 'aten::set_'}
+_FREE |= {'aten::empty_permuted'}
 _TENSOR_UNIT = {'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm', 'aten::_scaled_mm', 'aten::addbmm'}
 _CONV = {'aten::convolution', 'aten::convolution_backward', 'aten::_convolution'}
 _WRITE_ONLY = {'aten::copy_', 'aten::fill_', 'aten::zero_', 'aten::zeros_like', 'aten::ones_like', 'aten::full_like'}

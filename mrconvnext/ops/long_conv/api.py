@@ -226,19 +226,25 @@ def _run(
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
     # Kernels are cast to the compute dtype here; the FFT operators compute in the kernel's dtype and the direct
     # method's conv1d runs with autocast off (autocast would cast it back to half).
-    b = None if bias is None else bias.to(compute)
+    b = None if bias is None else _cast(bias, compute)
     if plan.operator == 'direct':
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         with autocast_off(x.device.type):
-            y = direct_conv1d(x.to(compute), kernel.to(compute), zero_lag)
+            y = direct_conv1d(_cast(x, compute), _cast(kernel, compute), zero_lag)
         if b is not None:
             y = y + b.unsqueeze(-1)
-        return y.to(out_dtype)
+        return _cast(y, out_dtype)
     stacked = kernel.dim() == 3
-    k = kernel.to(compute)
+    k = _cast(kernel, compute)
     op = operators.fft_conv_torch if plan.operator == 'fft_conv_torch' else operators.fft_conv
     y = op(_fft_input(plan, x, compute), k if stacked else k.unsqueeze(0), zero_lag, b)
-    return (y if stacked else y.squeeze(1)).to(out_dtype)
+    return _cast(y if stacked else y.squeeze(1), out_dtype)
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype``, calling no op where it is already (the deployed model's small-batch forward is bound by
+    the host: every op call counts)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _in_layout(x: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -260,7 +266,7 @@ def _fft_input(plan: dispatch.LongConvPlan, t: torch.Tensor, compute: torch.dtyp
     """``t`` as the FFT operators take it: as it is on the torch.fft engine, which casts it to the kernels' dtype as
     it pads it (:func:`.engine_torch.padded_rfft`; the output comes back in ``t``'s dtype, two passes fewer than a
     cast before and after), cast to ``compute`` for the native kernels."""
-    return t if plan.engine == 'torch' else t.to(compute)
+    return t if plan.engine == 'torch' else _cast(t, compute)
 
 
 def long_conv1d_vjp(
@@ -313,7 +319,9 @@ def _vjp(
     g = grad_y if stacked else grad_y.unsqueeze(1)
     if plan.method == 'fft':
         op = operators.fft_conv_backward if plan.engine == 'native' else operators.fft_conv_torch_backward
-        grad_x, grad_k = op(_fft_input(plan, g, compute), _fft_input(plan, x, compute), k.to(compute), zero_lag, *need)
+        grad_x, grad_k = op(
+            _fft_input(plan, g, compute), _fft_input(plan, x, compute), _cast(k, compute), zero_lag, *need
+        )
         # (empty: not needed)
         grad_x = grad_x.to(x.dtype) if need_x else None
         return grad_x, (grad_k if stacked else grad_k.squeeze(0)).to(kernel.dtype) if need_kernel else None

@@ -108,7 +108,8 @@ def padded_buffer(x: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     the frequencies innermost)."""
     if x.stride(-1) == 1 or x.shape[-1] == 1:
         return x.new_empty((*x.shape[:-1], n), dtype=dtype)
-    return x.new_empty((n, *x.shape[:-1]), dtype=dtype).movedim(0, -1)
+    order = (x.dim() - 1, *range(x.dim() - 1))  # positions outermost: one call, where new_empty + movedim are two
+    return torch.empty_permuted((*x.shape[:-1], n), order, dtype=dtype, device=x.device)
 
 
 def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -123,13 +124,16 @@ def fft_forward(x: torch.Tensor, k_f: torch.Tensor, n: int, out: torch.Tensor, b
     N = k_f.shape[0]
     dtype = k_f.real.dtype
     for bs, cs in chunks(x, n, N):
-        x_f = padded_rfft(x[bs, cs], n, dtype).unsqueeze(1)
-        y_f = x_f.mul_(k_f[:, cs]) if N == 1 else x_f * k_f[:, cs]  # one kernel: in place
+        x_f = padded_rfft(x[bs, cs], n, dtype)
+        if N == 1:  # one kernel: the product in place, without a kernel axis
+            y_f, ks = x_f.mul_(k_f[0, cs]), 0
+        else:
+            y_f, ks = x_f.unsqueeze(1) * k_f[:, cs], slice(None)
         y = torch.fft.irfft(y_f, n=n, norm=SPECTRUM_NORM)[..., :L]
         if bias is None:
-            out[bs, :, cs] = y
+            out[bs, ks, cs] = y
         else:
-            torch.add(y, bias[cs, None], out=out[bs, :, cs])
+            torch.add(y, bias[cs, None], out=out[bs, ks, cs])
 
 
 def fft_backward(
