@@ -1563,12 +1563,50 @@ MRCONV_ROWS = [  # (label, spec, mode, batch, model kwargs): issue 40's targets
     ("training step, combine='bn'", 'mrconvnext_t', 'train', 128, {}),
     ("training step, combine='scale'", 'mrconvnext_t', 'train', 128, {'combine': 'scale'}),
 ]
+# issue 40's (target, floor) per row as time ratios to convnext_tiny (a throughput ratio r is a time ratio 1 / r), and
+# of the training steps' peak memory
+MRCONV_TARGETS = {
+    'deployed eval, batch 128': (1.00, 1 / 0.85),
+    'deployed eval, batch 1': (1.00, 1 / 0.80),
+    "training step, combine='bn'": (1.25, 1.5),
+    "training step, combine='scale'": (1.10, 1.2),
+    'peak memory': (1.10, 1.25),
+}
+# a row whose modeled time exceeds its device time by more than this share is bound by the host
+HOST_BOUND_SHARE = 0.25
 
 
 def device_total(step: StepCost, gpu: str = 'h100') -> float:
     """Seconds the device is busy in a counted run: the sum of its calls' device times, no host: what a change to
     the kernels is read by, where the modeled time also moves with the Python."""
     return sum(device_time(c, gpu) for c in step.calls)
+
+
+def verdict(ratio: float, target: float, floor: float) -> str:
+    """``'target met'``, ``'floor met'`` or ``'missed'`` for a time or memory ``ratio`` (lower is better)."""
+    return 'target met' if ratio <= target else 'floor met' if ratio <= floor else 'missed'
+
+
+def device_by_op(step: StepCost, gpu: str = 'h100') -> dict[str, float]:
+    """Device seconds per op name (no host), summed over the calls."""
+    out: dict[str, float] = defaultdict(float)
+    for c in step.calls:
+        out[c.name] += device_time(c, gpu)
+    return out
+
+
+def in_the_way(step: StepCost, base: StepCost, gpu: str = 'h100', top: int = 3) -> str:
+    """What the model says costs ``step`` most over ``base`` (convnext_tiny's same run): for a run bound by the host
+    (modeled time over device time by more than :data:`HOST_BOUND_SHARE`), its op calls and launches against
+    ``base``'s; else the ``top`` ops by device time over ``base``'s."""
+    t, dev = model_time(step, gpu), device_total(step, gpu)
+    if t - dev > HOST_BOUND_SHARE * t:
+        calls = sum(c.c_calls for c in step.calls)
+        return (f'host-bound ({dev * 1e3:.1f} of {t * 1e3:.1f} ms on the device): {calls} op calls and '
+                f'{step.launches} launches, convnext_tiny {sum(c.c_calls for c in base.calls)} and {base.launches}')  # fmt: skip
+    ours, theirs = device_by_op(step, gpu), device_by_op(base, gpu)
+    excess = sorted(((ours[n] - theirs.get(n, 0.0), n) for n in ours), reverse=True)[:top]
+    return ', '.join(f'`{name}` +{seconds * 1e3:.1f} ms' for seconds, name in excess if seconds > 0)
 
 
 def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
@@ -1582,6 +1620,10 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
         '| row | code | ms | time ratio | device ms | device ratio | peak MiB | memory ratio | launches | GB |',
         '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ]
+    verdicts = [
+        '| target row | target (floor) | modeled ratio | verdict | what costs most over convnext_tiny (modeled) |',
+        '| --- | --- | --- | --- | --- |',
+    ]
     for label, spec, mode, batch, kwargs in MRCONV_ROWS:
         for name, code in codes:
             step = count_in_process(spec, mode, batch, 224, 'auto', kwargs, code=code)
@@ -1593,7 +1635,19 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
             )
             lines.append(f'| {label} | {name} | {t * 1e3:.1f} | {t / ref:.2f} | {dev * 1e3:.1f} | {dev / ref_dev:.2f} | '
                          f'{peak} | {step.launches} | {step.bytes / 1e9:.1f} |')  # fmt: skip
-    return lines
+            if code is not None:
+                continue  # the verdicts are this checkout's
+            target, floor = MRCONV_TARGETS[label]
+            way = in_the_way(step, base['steps'][key], gpu)
+            verdicts.append(f'| {label} | {target:.2f} ({floor:.2f}) | {t / ref:.2f} | {verdict(t / ref, target, floor)} '
+                            f'| {way} |')  # fmt: skip
+            if mode == 'train':
+                memory = step.peak_bytes / base['peak']
+                target, floor = MRCONV_TARGETS['peak memory']
+                verdicts.append(f'| {label}, peak memory | {target:.2f} ({floor:.2f}) | {memory:.2f} | '
+                                f'{verdict(memory, target, floor)} | |')  # fmt: skip
+    intro = ["Issue 40's targets as time (and memory) ratios to convnext_tiny, lower is better, this checkout:", '']
+    return lines + [''] + intro + verdicts
 
 
 def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
@@ -1608,6 +1662,7 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     base = {key: model_time(step, gpu) for key, step in steps.items()}
     base |= {f'{key}_device': device_total(step, gpu) for key, step in steps.items()}
     base['peak'] = big['convnext_tiny', 'train'].peak_bytes
+    base['steps'] = steps
     lines = ["# Predicted GPU cost of every family's T model (the cost model, no GPU)", '']
     lines += header
     lines += [

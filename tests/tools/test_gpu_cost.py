@@ -718,7 +718,7 @@ def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monke
     tables = {}
     for line in rows:
         cells = [c.strip() for c in line.strip('|').split('|')]
-        if cells[0] in ('model', 'row'):
+        if cells[0] in ('model', 'row', 'target row'):
             header = cells
             tables[cells[0]] = []
         elif not cells[0].startswith('---'):
@@ -729,3 +729,37 @@ def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monke
     assert mr['device ratio'] == '1.00' and float(mr['step ratio']) > 1.0 and mr['memory ratio'] == '2.00'
     scale = [r for r in tables['row'] if r['row'] == "training step, combine='scale'"]
     assert len(scale) == 1 and scale[0]['device ratio'] == '1.00' and float(scale[0]['time ratio']) > 1.0
+    # issue 40's verdicts: every row and each training step's memory, missed here, and the host named as the cause
+    verdicts = {r['target row']: r for r in tables['target row']}
+    assert set(verdicts) == {label for label, *_ in gpu_cost.MRCONV_ROWS} | {
+        f'{label}, peak memory' for label, _, mode, *_ in gpu_cost.MRCONV_ROWS if mode == 'train'
+    }
+    assert verdicts["training step, combine='bn'"]['target (floor)'] == '1.25 (1.50)'
+    assert all(r['verdict'] == 'missed' for r in verdicts.values())
+    assert verdicts['deployed eval, batch 1']['what costs most over convnext_tiny (modeled)'].startswith('host-bound')
+
+
+def test_a_verdict_reads_a_ratio_against_its_target_and_floor_and_names_the_ops_that_cost_most():
+    assert [gpu_cost.verdict(r, 1.1, 1.2) for r in (0.9, 1.1, 1.15, 1.2, 1.21)] == [
+        'target met',
+        'target met',
+        'floor met',
+        'floor met',
+        'missed',
+    ]
+    big, small = (
+        gpu_cost.Call('aten::_fft_r2c', 10**9, 10**9, 0, 'simt'),
+        gpu_cost.Call('aten::mul', 10**8, 0, 0, 'simt'),
+    )
+    base = gpu_cost.StepCost('convnext_tiny', 'eval', 128, [small, small])
+    step = gpu_cost.StepCost('m', 'eval', 128, [big, small, gpu_cost.Call('aten::add', 10**8, 10**8, 0, 'simt')])
+    excess_fft = gpu_cost.device_time(big, 'h100')
+    excess_add = gpu_cost.device_time(step.calls[2], 'h100')
+    # the device-bound step: its ops by device time over the base's, those that cost no more than the base's left out
+    assert gpu_cost.in_the_way(step, base, 'h100') == (
+        f'`aten::_fft_r2c` +{excess_fft * 1e3:.1f} ms, `aten::add` +{excess_add * 1e3:.1f} ms'
+    )
+    host = gpu_cost.StepCost('m', 'eval', 1, [gpu_cost.Call('aten::add', 4, 4, 0, 'simt', '', 0, 1000)])
+    assert gpu_cost.in_the_way(host, base, 'h100').startswith('host-bound') and '1000 op calls and 1 launches' in (
+        gpu_cost.in_the_way(host, base, 'h100')
+    )
