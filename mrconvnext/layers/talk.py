@@ -27,6 +27,7 @@ from timm.layers import register_notrace_module
 
 from ..ops import engines
 from ..ops.checks import autocast_off, check_choice, check_int, check_size2
+from ..ops.map_layout import flatten_map, unflatten_map
 from ..ops.talk import MAX_OFFSET, talk1d, talk2d, talk_offsets_dropout
 from ..ops.talk import dispatch as talk_dispatch
 from .checks import check_mixer_input, set_engine_of
@@ -191,8 +192,7 @@ class TaLKConvFlat2d(TaLKConv1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W) -> (B, C, H, W)``."""
         check_mixer_input(self, x, 4)
-        B, C, H, W = x.shape
-        return super().forward(x.reshape(B, C, H * W)).view(B, C, H, W)
+        return unflatten_map(super().forward(flatten_map(x)), x.shape[-2:])
 
 
 @register_notrace_module  # an FX leaf: the operators inside are not traceable

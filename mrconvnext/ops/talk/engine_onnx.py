@@ -4,13 +4,19 @@ What ``engine='auto'`` resolves to while ``torch.onnx.export`` traces a model
 (:func:`mrconvnext.ops.availability.onnx_exporting`); inference only. Conventions are those of :mod:`mrconvnext.ops.talk`,
 results the specification's (:mod:`.reference`) up to float32 rounding.
 
-1-D: the inclusive prefix table (``P[t + 1]``, no padding) and ``x`` are laid out position-major, rows of the ``R``
-channels of a head, and a window end at ``u = k + f`` reads ``P(u) = P[k + 1] + (f - 1) x[k]`` (the identity
-``P[k + 1] - P[k] = x[k]``: no cancellation in a long prefix sum), so the four lookups of a window are ``Gather``s of
-whole rows along axis 0 with two ``(B, heads, L)`` indices; each cell index takes one NaN guard (``IsNaN``,
-``Where``) in place of ``nan_to_num``'s tests for NaN and both infinities. The specification gathers single elements
-(``GatherElements``), which needs its indices broadcast to the full ``(B, C, L)`` shape first (an ``Expand`` of
-int64 indices per lookup). Two transposes of ``x``'s size are the price.
+1-D: the inclusive prefix table (``P[t + 1]``, no padding) and ``x`` are laid out position-major over all channels,
+``(B, L, C)``, one row of the ``R`` channels of a head per image, position and head, and a window end at
+``u = k + f`` reads ``P(u) = P[k + 1] + (f - 1) x[k]`` (the identity ``P[k + 1] - P[k] = x[k]``: no cancellation in
+a long prefix sum), so the four lookups of a window are ``Gather``s of whole rows along axis 0 with two
+``(B, L, heads)`` indices; each cell index takes one NaN guard (``IsNaN``, ``Where``) in place of ``nan_to_num``'s
+tests for NaN and both infinities. The specification gathers single elements (``GatherElements``), which needs its
+indices broadcast to the full ``(B, C, L)`` shape first (an ``Expand`` of int64 indices per lookup). The layout is
+the ConvNeXt block's channels-last one: the form enters and leaves it by a ``(B, C, L) <-> (B, L, C)`` transpose,
+and a flattened map that crosses the layer boundary through :func:`mrconvnext.ops.map_layout.flatten_map` /
+:func:`~mrconvnext.ops.map_layout.unflatten_map` meets each of them with its inverse, so the runtime drops both and
+the block's own transpose to channels-last after the mixer (one transpose of the map per mixer is left, into the
+layout; a per-head layout ``(B, heads, L, R)`` kept three). The row indices are sums of broadcasts along long
+innermost spans (ONNX Runtime's slow broadcast is the one with a short innermost span, such as ``heads``).
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
 head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
@@ -31,32 +37,35 @@ __all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense']
 
 
 def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
-    """TaLK 1-D, ``(B, C, L) -> (B, C, L)``, with row gathers from a position-major inclusive prefix table."""
+    """TaLK 1-D, ``(B, C, L) -> (B, C, L)``, with row gathers from a position-major inclusive prefix table
+    ``(B, L, C)``."""
     heads = check_inputs(x, offsets, 1)
     max_left, max_right = check_maxima(max_left, max_right)
     B, C, L = x.shape
     R = C // heads
     acc = acc_dtype(x.dtype)
-    xt = x.to(acc).reshape(B, heads, R, L).transpose(2, 3)  # (B, heads, L, R)
-    inclusive = xt.cumsum(2).reshape(-1, R)  # row (b, h, t): sum_{j <= t} x[j] = P[t + 1]
-    values = xt.reshape(-1, R)  # row (b, h, t): x[t]
-    off = offsets.to(acc)
-    pos = torch.arange(L, device=x.device, dtype=acc)
-    u_s, u_e = window_bounds(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)
+    xt = x.to(acc).transpose(1, 2)  # (B, L, C)
+    inclusive = xt.cumsum(1).reshape(-1, R)  # row (b, t, h): sum_{j <= t} x[j] = P[t + 1]
+    values = xt.reshape(-1, R)  # row (b, t, h): x[t]
+    off = offsets.to(acc).transpose(1, 2)  # (B, L, heads, 2)
+    pos = torch.arange(L, device=x.device, dtype=acc).view(L, 1)
+    u_s, u_e = window_bounds(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)  # (B, L, heads)
     # the cells of window_edges; a NaN edge reads cell 0 and its NaN reaches the output through u - k
     k_s = torch.ceil(u_s).detach() - 1
     k_e = torch.floor(u_e).detach().clamp(max=L - 1)
-    rows = torch.arange(B * heads, device=x.device).view(B, heads, 1) * L
+    # row of (b, k, h): (b L + k) heads + h, as sums of broadcasts along long innermost spans
+    head_of = torch.arange(heads, device=x.device).repeat(L)  # (L heads,)
+    batch_of = torch.arange(B, device=x.device).view(B, 1) * (L * heads)
 
     def interp(u, k):  # P(u) = P[k] + (u - k) x[k] = P[k + 1] + (u - k - 1) x[k]: one index for both tables
         k = torch.where(torch.isnan(k), 0.0, k.clamp(min=0))
-        index = (rows + k.long()).reshape(-1)
-        p = inclusive.index_select(0, index).view(B, heads, L, R)
-        v = values.index_select(0, index).view(B, heads, L, R)
+        index = ((k.long() * heads).reshape(B, L * heads) + head_of + batch_of).reshape(-1)
+        p = inclusive.index_select(0, index).view(B, L, heads, R)
+        v = values.index_select(0, index).view(B, L, heads, R)
         return p + (u - k - 1).unsqueeze(-1) * v
 
-    y = (interp(u_e, k_e) - interp(u_s, k_s)) / (max_left + max_right + 1)
-    return y.transpose(2, 3).reshape(B, C, L).to(x.dtype)
+    y = (interp(u_e, k_e) - interp(u_s, k_s)) / (max_left + max_right + 1)  # (B, L, heads, R)
+    return y.reshape(B, L, C).transpose(1, 2).to(x.dtype)
 
 
 def talk2d_onnx(
