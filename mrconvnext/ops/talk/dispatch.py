@@ -13,7 +13,8 @@ __all__ = ['TALK_ENGINES', 'ONNX_DENSE_MAX_POSITIONS', 'talk2d_onnx_method', 'ta
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 
 # TaLK 2-D's ONNX form on maps of up to this many positions: one dense box matrix per image and head and a MatMul;
-# larger maps: the integral image's sixteen lookups. `python scripts/bench_onnx_forms.py --doc` at the ConvNeXt
+# larger maps: the integral image's sixteen lookups (the specification's when this was measured; engine_onnx's
+# channels-last table form since). `python scripts/bench_onnx_forms.py --doc` at the ConvNeXt
 # stages (docs/benchmarks.md, ms, ONNX Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8;
 # 14 x 14 0.72-1.22 against 0.96-1.89 at batch 1, 7.6-11.9 against 8.7-11.3 at batch 8 (a tie within this machine's
 # run-to-run spread); 28 x 28 loses (5.1 / 49.6 against 2.3 / 27.0; the matrix grows with the map's square). 196 is

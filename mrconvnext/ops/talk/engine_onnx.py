@@ -20,20 +20,25 @@ innermost spans (ONNX Runtime's slow broadcast is the one with a short innermost
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
 head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
-instead of sixteen full-size lookups). Larger maps: the specification itself. The row-gather form needs sixteen
-full-size lookups per box and measured slower in ONNX Runtime (so did a one-gather form reading four tables, for both
-1-D and 2-D). ``python scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
+instead of sixteen full-size lookups). Larger maps (:func:`talk2d_table`): four channels-last tables (exclusive 2-D,
+column and row prefix sums, and ``x``) stacked per cell and head, so that one row ``Gather`` at each box corner's
+cell reads all four, and a batched ``MatMul`` weighs the sixteen rows of a box; it replaced the specification's
+sixteen ``GatherElements`` of broadcast indices (``talkconvnext2d_atto`` in ONNX Runtime, 2 threads: 0.82 of the time
+at batch 1, 0.87 at batch 8; building the tables by two ``MatMul``s with prefix-sum matrices instead of the stack
+measured slower, its gather reading four times as many rows of a quarter the width). ``python
+scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 from .dispatch import talk2d_onnx_method
-from .reference import talk2d_reference, window_bounds
+from .reference import window_bounds
 
-__all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense']
+__all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense', 'talk2d_table']
 
 
 def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
@@ -74,8 +79,58 @@ def talk2d_onnx(
     """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense` on small maps, else the specification
     (:func:`.dispatch.talk2d_onnx_method`)."""
     method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
-    fn = talk2d_dense if method == 'dense' else talk2d_reference
+    fn = talk2d_dense if method == 'dense' else talk2d_table
     return fn(x, offsets, max_left, max_right, max_top, max_bottom)
+
+
+def _corner_cells(u: torch.Tensor, n: int, end: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(k, f)``: the cell of :func:`.reference.window_edges` at an edge ``u`` of :func:`.reference.window_bounds` and
+    the fraction ``u - k``. A NaN edge reads cell 0 and its NaN reaches the output through ``f``."""
+    k = torch.floor(u) if end else torch.ceil(u) - 1
+    k = k.detach().clamp(0, n - 1)
+    k = torch.where(torch.isnan(k), 0.0, k)
+    return k, u - k
+
+
+def talk2d_table(
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> torch.Tensor:
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, from four channels-last tables read at one cell per box
+    corner: the interpolated integral image at ``(kv + fv, ku + fu)`` is
+    ``Pex[kv, ku] + fu Cex[kv, ku] + fv Rex[kv, ku] + fu fv x[kv, ku]`` (``Pex`` the exclusive 2-D prefix sums,
+    ``Cex`` / ``Rex`` the exclusive column / row sums), so one ``Gather`` of rows ``(image, cell, head)`` holding the
+    four tables' ``R`` channels serves all four corners, and a batched ``MatMul`` weighs the sixteen rows of each box
+    (signs, fractions and the normalizer). Enters the channels-last layout by one transpose and leaves it by the
+    inverse of the ConvNeXt block's."""
+    heads = check_inputs(x, offsets, 2)
+    ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
+    B, C, H, W = x.shape
+    R, N = C // heads, H * W
+    acc = acc_dtype(x.dtype)
+    xt = x.to(acc).permute(0, 2, 3, 1)  # (B, H, W, C)
+    rex = F.pad(xt.cumsum(2), (0, 0, 1, 0))[:, :, :W]  # sum over the row before the cell
+    cex = F.pad(xt.cumsum(1), (0, 0, 0, 0, 1, 0))[:, :H]  # over the column above it
+    pex = F.pad(rex.cumsum(1), (0, 0, 0, 0, 1, 0))[:, :H]  # over the rectangle above and before it
+    tables = torch.stack([t.reshape(B, N, heads, R) for t in (pex, cex, rex, xt)], 3)  # (B, N, heads, 4, R)
+    off = offsets.to(acc).permute(0, 2, 3, 1, 4).reshape(B, N, heads, 4)
+    pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W).view(N, 1)  # the row of each position
+    pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H).view(N, 1)
+    left, right = window_bounds(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)  # (B, N, heads)
+    top, bottom = window_bounds(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
+    (kl, fl), (kr, fr) = _corner_cells(left, W, False), _corner_cells(right, W, True)
+    (kt, ft), (kb, fb) = _corner_cells(top, H, False), _corner_cells(bottom, H, True)
+    # corners (bottom, right) + (top, left) - (bottom, left) - (top, right), last: (B, N, heads, 4)
+    kv, fv = torch.stack([kb, kb, kt, kt], -1), torch.stack([fb, fb, ft, ft], -1)
+    ku, fu = torch.stack([kr, kl, kr, kl], -1), torch.stack([fr, fl, fr, fl], -1)
+    sign = torch.tensor([1.0, -1.0, -1.0, 1.0], device=x.device, dtype=acc) / ((ml + mr + 1) * (mt + mb + 1))
+    weights = torch.stack([torch.ones_like(fu), fu, fv, fu * fv], -1) * sign.unsqueeze(-1)  # (B, N, heads, 4, 4)
+    # row of (b, cell, h): (b N + cell) heads + h, as sums of broadcasts along long innermost spans
+    head_of = torch.arange(heads, device=x.device).repeat_interleave(4).repeat(N)  # (N heads 4,)
+    batch_of = torch.arange(B, device=x.device).view(B, 1) * (N * heads)
+    cells = ((kv * W + ku).long() * heads).reshape(B, N * heads * 4)
+    rows = tables.reshape(-1, 4 * R).index_select(0, (cells + head_of + batch_of).reshape(-1))
+    y = torch.matmul(weights.reshape(B, N, heads, 1, 16), rows.view(B, N, heads, 16, R))  # (B, N, heads, 1, R)
+    return y.reshape(B, H, W, C).permute(0, 3, 1, 2).to(x.dtype)
 
 
 def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:

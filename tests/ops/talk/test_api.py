@@ -129,7 +129,7 @@ def test_onnx_2d_algorithms_match_naive():
     """TaLK 2-D's ONNX form: the dense box matrix and the integral image (the specification) against the loop in
     float64, at a map with three heads and windows that reach past its edges; the form picks the matrix up to
     ONNX_DENSE_MAX_POSITIONS positions."""
-    from mrconvnext.ops.talk.engine_onnx import talk2d_dense
+    from mrconvnext.ops.talk.engine_onnx import talk2d_dense, talk2d_table
 
     B, C, H, Hh, Ww = 2, 6, 3, 7, 9
     maxes = (4, 2, 3, 5)
@@ -137,6 +137,13 @@ def test_onnx_2d_algorithms_match_naive():
     off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes))
     expected = naive_talk2d(x, off, *maxes)
     torch.testing.assert_close(talk2d_dense(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(talk2d_table(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+    off[1, 2, 3, 4, 0] = float(
+        'nan'
+    )  # a NaN offset: NaN at its own box only (the head's channels), as the specification
+    y = talk2d_table(x, off, *maxes)
+    assert torch.isnan(y).nonzero().tolist() == [[1, c, 3, 4] for c in (4, 5)]
+    torch.testing.assert_close(y.nan_to_num(), talk2d_reference(x, off, *maxes).nan_to_num(), rtol=1e-12, atol=1e-12)
     limit = talk_dispatch.ONNX_DENSE_MAX_POSITIONS
     assert [talk_dispatch.talk2d_onnx_method(n) for n in (1, limit, limit + 1)] == ['dense', 'dense', 'table']
     x, off = (
