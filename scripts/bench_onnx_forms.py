@@ -10,7 +10,7 @@ ConvNeXt-atto's and -T's stages (channels, map); each is exported at its batch (
 row products take the form that batch picks, ``engine_onnx.ONNX_DFT_MAX_BATCH``; ``blocks`` and ``dft`` force
 one). The maximum error against the float64 specification, relative to
 the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
-DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
+DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS`` / ``ONNX_SEPARABLE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
     from mrconvnext.ops.long_conv.engine_onnx import onnx_grid
     from mrconvnext.ops.long_conv.grid import row_grid
     from mrconvnext.ops.talk import talk1d_reference, talk2d_reference
-    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_dense
+    from mrconvnext.ops.talk.engine_onnx import talk1d_onnx, talk2d_dense, talk2d_separable, talk2d_table
 
     g = torch.Generator().manual_seed(0)
     for B in batches:
@@ -100,9 +100,10 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                 forms = {'reference': talk1d_reference, 'onnx': talk1d_onnx}
                 yield 'talk1d', (B, C, H * W), forms, (x, off), (), (30, 30), talk1d_reference
                 x, off = torch.randn(B, C, H, W, generator=g), torch.rand(B, heads, H, W, 4, generator=g)
-                forms = {'reference': talk2d_reference, 'dense': talk2d_dense}
-                if H * W > 1000:
-                    del forms['dense']  # an HW x HW matrix per image and head: gigabytes
+                forms = {'reference': talk2d_reference, 'dense': talk2d_dense, 'separable': talk2d_separable,
+                         'table': talk2d_table}  # fmt: skip
+                if H * W > 1000:  # an HW x HW matrix per image and head (separable: an (R H, HW) one): gigabytes
+                    del forms['dense'], forms['separable']
                 yield (
                     'talk2d',
                     (B, C, H, W),

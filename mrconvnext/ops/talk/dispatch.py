@@ -8,23 +8,35 @@ import torch
 from .. import availability
 from ..checks import check_choice
 
-__all__ = ['TALK_ENGINES', 'ONNX_DENSE_MAX_POSITIONS', 'talk2d_onnx_method', 'talk_engine', 'talk_engine_constant']
+__all__ = [
+    'TALK_ENGINES',
+    'ONNX_DENSE_MAX_POSITIONS',
+    'ONNX_SEPARABLE_MAX_POSITIONS',
+    'talk2d_onnx_method',
+    'talk_engine',
+    'talk_engine_constant',
+]
 
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 
-# TaLK 2-D's ONNX form on maps of up to this many positions: one dense box matrix per image and head and a MatMul;
-# larger maps: the integral image's sixteen lookups (the specification's when this was measured; engine_onnx's
-# channels-last table form since). `python scripts/bench_onnx_forms.py --doc` at the ConvNeXt
-# stages (docs/benchmarks.md, ms, ONNX Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8;
-# 14 x 14 0.72-1.22 against 0.96-1.89 at batch 1, 7.6-11.9 against 8.7-11.3 at batch 8 (a tie within this machine's
-# run-to-run spread); 28 x 28 loses (5.1 / 49.6 against 2.3 / 27.0; the matrix grows with the map's square). 196 is
-# the largest size measured where it does not lose.
-ONNX_DENSE_MAX_POSITIONS = 196
+# TaLK 2-D's ONNX form by the map's positions: up to ONNX_DENSE_MAX_POSITIONS one dense box matrix per image and head
+# and a MatMul; up to ONNX_SEPARABLE_MAX_POSITIONS the column weights by a MatMul and the row weights by a product and
+# a sum; larger maps the integral image's sixteen lookups (engine_onnx's channels-last tables). The dense matrix
+# against the specification's lookups (`python scripts/bench_onnx_forms.py --doc`, docs/benchmarks.md, ms, ONNX
+# Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8; 14 x 14 a tie; 28 x 28 loses (the matrix
+# grows with the map's square). At 14 x 14 the separable form won inside the models (interleaved A/B of the exported
+# talkconvnext2d_atto / _t, 2026-12-01: 0.96 / 0.97 of the time at batch 1, 0.94 at batch 8); at 7 x 7 one block
+# measured the dense matrix faster at batch 8 (2.8 against 6.7 ms at ConvNeXt-atto's stage 4).
+ONNX_DENSE_MAX_POSITIONS = 49
+ONNX_SEPARABLE_MAX_POSITIONS = 196
 
 
 def talk2d_onnx_method(positions: int) -> str:
-    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'`` or ``'table'``."""
-    return 'dense' if positions <= ONNX_DENSE_MAX_POSITIONS else 'table'
+    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'``, ``'separable'`` or
+    ``'table'``."""
+    if positions <= ONNX_DENSE_MAX_POSITIONS:
+        return 'dense'
+    return 'separable' if positions <= ONNX_SEPARABLE_MAX_POSITIONS else 'table'
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:

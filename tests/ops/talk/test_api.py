@@ -126,10 +126,10 @@ def test_reference_matches_naive_2d():
 
 
 def test_onnx_2d_algorithms_match_naive():
-    """TaLK 2-D's ONNX form: the dense box matrix and the integral image (the specification) against the loop in
-    float64, at a map with three heads and windows that reach past its edges; the form picks the matrix up to
-    ONNX_DENSE_MAX_POSITIONS positions."""
-    from mrconvnext.ops.talk.engine_onnx import talk2d_dense, talk2d_table
+    """TaLK 2-D's ONNX forms: the dense box matrix, the separable weights and the channels-last tables against the
+    loop in float64, at a map with three heads and windows that reach past its edges; the form picks the matrix up to
+    ONNX_DENSE_MAX_POSITIONS positions, the separable weights up to ONNX_SEPARABLE_MAX_POSITIONS, then the tables."""
+    from mrconvnext.ops.talk.engine_onnx import talk2d_dense, talk2d_separable, talk2d_table
 
     B, C, H, Hh, Ww = 2, 6, 3, 7, 9
     maxes = (4, 2, 3, 5)
@@ -137,15 +137,16 @@ def test_onnx_2d_algorithms_match_naive():
     off = offsets_off_grid((B, H, Hh, Ww, 4), list(maxes))
     expected = naive_talk2d(x, off, *maxes)
     torch.testing.assert_close(talk2d_dense(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(talk2d_separable(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(talk2d_table(x, off, *maxes), expected, rtol=1e-12, atol=1e-12)
-    off[1, 2, 3, 4, 0] = float(
-        'nan'
-    )  # a NaN offset: NaN at its own box only (the head's channels), as the specification
+    off[1, 2, 3, 4, 0] = float('nan')  # NaN at its own box only (the head's channels), as the specification
     y = talk2d_table(x, off, *maxes)
     assert torch.isnan(y).nonzero().tolist() == [[1, c, 3, 4] for c in (4, 5)]
     torch.testing.assert_close(y.nan_to_num(), talk2d_reference(x, off, *maxes).nan_to_num(), rtol=1e-12, atol=1e-12)
-    limit = talk_dispatch.ONNX_DENSE_MAX_POSITIONS
-    assert [talk_dispatch.talk2d_onnx_method(n) for n in (1, limit, limit + 1)] == ['dense', 'dense', 'table']
+    dense, separable = talk_dispatch.ONNX_DENSE_MAX_POSITIONS, talk_dispatch.ONNX_SEPARABLE_MAX_POSITIONS
+    methods = [talk_dispatch.talk2d_onnx_method(n) for n in (1, dense, dense + 1, separable, separable + 1)]
+    assert methods == ['dense', 'dense', 'separable', 'separable', 'table']
+    limit = separable
     x, off = (
         torch.randn(1, 2, 1, limit + 1, dtype=torch.float64),
         torch.rand(1, 1, 1, limit + 1, 4, dtype=torch.float64),
