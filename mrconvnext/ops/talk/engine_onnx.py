@@ -77,8 +77,8 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
 def talk2d_onnx(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense` on small maps, else the specification
-    (:func:`.dispatch.talk2d_onnx_method`)."""
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense`, :func:`talk2d_separable` or
+    :func:`talk2d_table` by the map's positions (:func:`.dispatch.talk2d_onnx_method`)."""
     method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
     fn = {'dense': talk2d_dense, 'separable': talk2d_separable, 'table': talk2d_table}[method]
     return fn(x, offsets, max_left, max_right, max_top, max_bottom)
@@ -149,22 +149,23 @@ def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
 
 
 def _box_weights(
-    offsets: torch.Tensor, maxima: tuple[int, int, int, int], size: tuple[int, int], acc: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rows, cols)``, ``(B, heads, HW, H)`` and ``(B, heads, HW, W)``: the weights of the cells on each axis in the
-    box of every position (each an end's :func:`_cells` less a start's), the columns' divided by the box's maximum
-    area."""
-    ml, mr, mt, mb = maxima
-    H, W = size
-    B, heads = offsets.shape[:2]
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The checked inputs' ``(rows, cols, heads)``: ``rows (B, heads, HW, H)`` and ``cols (B, heads, HW, W)`` the
+    weights of the cells on each axis in the box of every position (each an end's :func:`_cells` less a start's), the
+    columns' divided by the box's maximum area, in :func:`.checks.acc_dtype`."""
+    heads = check_inputs(x, offsets, 2)
+    ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
+    B, _, H, W = x.shape
+    acc = acc_dtype(x.dtype)
     off = offsets.to(acc).reshape(B, heads, H * W, 4)
-    pos_h = torch.arange(H, device=off.device, dtype=acc).repeat_interleave(W)  # the row of each position
-    pos_w = torch.arange(W, device=off.device, dtype=acc).repeat(H)
+    pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W)  # the row of each position
+    pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H)
     left, right = window_bounds(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)
     top, bottom = window_bounds(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
     rows = _cells(bottom, H, end=True) - _cells(top, H, end=False)
     cols = (_cells(right, W, end=True) - _cells(left, W, end=False)) / ((ml + mr + 1) * (mt + mb + 1))
-    return rows, cols
+    return rows, cols, heads
 
 
 def talk2d_dense(
@@ -173,14 +174,11 @@ def talk2d_dense(
     """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, as one ``(HW, HW)`` matrix per image and head: row ``p``
     holds the weights of every cell in the box of ``p`` (its row weights times its column weights), and the ``R``
     channels of the head are multiplied by it."""
-    heads = check_inputs(x, offsets, 2)
-    maxima = check_maxima(max_left, max_right, max_top, max_bottom)
+    rows, cols, heads = _box_weights(x, offsets, max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape
     R, N = C // heads, H * W
-    acc = acc_dtype(x.dtype)
-    rows, cols = _box_weights(offsets, maxima, (H, W), acc)
     box = (rows.unsqueeze(-1) * cols.unsqueeze(-2)).reshape(B, heads, N, N)  # (b, head, p, q)
-    y = torch.matmul(x.to(acc).reshape(B, heads, R, N), box.transpose(-1, -2))
+    y = torch.matmul(x.to(rows.dtype).reshape(B, heads, R, N), box.transpose(-1, -2))
     return y.reshape(B, C, H, W).to(x.dtype)
 
 
@@ -191,12 +189,9 @@ def talk2d_separable(
     of each image's and head's ``(R H, W)`` rows with the column weights of every position, ``(W, HW)``, then per
     position the product with its row weights and a sum over the rows. The same ``R H^2 W^2`` multiply-adds as
     :func:`talk2d_dense`, without the ``(HW, HW)`` matrix's outer products."""
-    heads = check_inputs(x, offsets, 2)
-    maxima = check_maxima(max_left, max_right, max_top, max_bottom)
+    rows, cols, heads = _box_weights(x, offsets, max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape
     R, N = C // heads, H * W
-    acc = acc_dtype(x.dtype)
-    rows, cols = _box_weights(offsets, maxima, (H, W), acc)
-    z = torch.matmul(x.to(acc).reshape(B, heads, R * H, W), cols.transpose(-1, -2))  # (B, heads, (R, H), HW)
+    z = torch.matmul(x.to(cols.dtype).reshape(B, heads, R * H, W), cols.transpose(-1, -2))  # (B, heads, (R, H), HW)
     y = (z.view(B, heads, R, H, N) * rows.transpose(-1, -2).unsqueeze(2)).sum(3)  # (B, heads, R, HW)
     return y.reshape(B, C, H, W).to(x.dtype)
