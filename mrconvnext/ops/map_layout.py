@@ -6,8 +6,8 @@ where its inverse follows it. The ConvNeXt block transposes the mixer's output t
 and the position-major ONNX forms (TaLK's tables) transpose ``(B, C, L) <-> (B, L, C)`` at their ends. While
 ``torch.onnx.export`` traces (:func:`~mrconvnext.ops.availability.onnx_exporting`), :func:`flatten_map` and
 :func:`unflatten_map` therefore go through the channels-last order ``(B, H, W, C)``: the form's transposes meet
-theirs, and the block's meets the last one (ONNX Runtime removes all three; with a dynamic batch a ``Reshape``
-between two transposes keeps both). Eagerly, and under ``torch.compile``, they are the plain ``reshape`` / ``view``,
+theirs, and the block's meets the last one (ONNX Runtime then keeps one transpose of the map, into channels-last,
+where it kept three; with a dynamic batch a ``Reshape`` between two transposes keeps both). Eagerly, and under ``torch.compile``, they are the plain ``reshape`` / ``view``,
 which copy nothing.
 """
 
