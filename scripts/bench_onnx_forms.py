@@ -113,11 +113,12 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                     (3, 3, 3, 3),
                     talk2d_reference,
                 )
-        if 'dynamic_conv' in ops:  # (heads, R, L, K)
+        if 'dynamic_conv' in ops:  # (heads, R, L, K); x (B, H R, L)
             for H, R, L, K in [(10, 16, 196, 31), (20, 16, 49, 31), (5, 16, 784, 15), (2, 20, 3136, 7)][:limit]:
-                x = torch.randn(B, H, R, L, generator=g)
+                x = torch.randn(B, H * R, L, generator=g)
                 logits = torch.randn(B, H, K, L, generator=g)
-                forms = {'tap loop': lambda x, w, z: dynamic_conv_decomposition(x, w.transpose(2, 3), z),
+                forms = {'tap loop': lambda x, w, z, H=H: dynamic_conv_decomposition(
+                             x.unflatten(1, (H, -1)), w.transpose(2, 3), z).flatten(1, 2),
                          'taps': dynamic_conv_taps, 'band': dynamic_conv_band,
                          'whole band': lambda x, w, z, n=L: dynamic_conv_band(x, w, z, chunk=n)}  # fmt: skip
                 if L > 256:

@@ -31,6 +31,7 @@ from ..ops.checks import check_choice, check_int, check_size2
 from ..ops.light_conv import dispatch as light_conv_dispatch
 from ..ops.light_conv import light_conv1d
 from ..ops.light_conv.api import dynamic_conv_kernel, dynamic_conv_logits, dynamic_mix
+from ..ops.map_layout import flatten_map, unflatten_map
 from .checks import check_mixer_input, set_engine_of
 from .torchscript import ScriptedInPython, python_forward
 
@@ -201,9 +202,15 @@ class _RowMajor2d:
         )
         self.input_size = check_size2(type(self).__name__, 'input_size', input_size)
 
+    # the ONNX form reads the flattened map channels-last (DynamicConv's bands): flatten_map / unflatten_map then meet
+    # its transposes and the block's with their inverses; LightConv's grouped Conv reads the map as it lies
+    _channels_last_onnx = False
+
     @python_forward  # TorchScript calls it in Python (see torchscript.py)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = check_mixer_input(self, x, 4).shape
+        if self._channels_last_onnx:
+            return unflatten_map(self._mix(flatten_map(x)), (H, W))
         return self._mix(x.reshape(B, C, H * W)).reshape(B, C, H, W)
 
     def extra_repr(self) -> str:
@@ -218,3 +225,5 @@ class LightConv2d(_RowMajor2d, LightConv1d):
 @register_notrace_module  # an FX leaf: the operators inside are not traceable
 class DynamicConv2d(_RowMajor2d, DynamicConv1d):
     """DynamicConv on ``(B, C, H, W)`` flattened row-major (see :class:`_RowMajor2d`)."""
+
+    _channels_last_onnx = True

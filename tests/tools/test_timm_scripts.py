@@ -143,7 +143,7 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     graph = onnx.load(path).graph
     assert {n.domain for n in graph.node} <= {'', 'ai.onnx'}
     options = ort.SessionOptions()
-    check_layout = dynamo and name.startswith('talkconvnext_')
+    check_layout = dynamo and name.startswith(('talkconvnext_', 'dynconvnext_'))
     if check_layout:
         options.optimized_model_filepath = str(tmp_path / 'optimized.onnx')  # the graph ONNX Runtime runs
     session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
@@ -154,8 +154,9 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
             ref = model(x)
         assert (y - ref).abs().max().item() <= 1e-4  # float32 logits (tests/compile/test_families.py's bound)
     if check_layout:
-        # TaLK 1-D's tables are channels-last, and the mixer's output reaches the block's LayerNorm with no transpose:
-        # the form's and the block's cancel (mrconvnext.ops.map_layout); before, a Transpose of the mixer's Reshape
+        # TaLK 1-D's tables and DynamicConv's bands read the map channels-last, and the mixer's output reaches the
+        # block's LayerNorm with no transpose: the form's and the block's cancel (mrconvnext.ops.map_layout); before,
+        # a Transpose of the mixer's Reshape
         optimized = onnx.load(str(tmp_path / 'optimized.onnx')).graph
         producer = {out: n for n in optimized.node for out in n.output}
         norms = [n for n in optimized.node if n.op_type == 'LayerNormalization']

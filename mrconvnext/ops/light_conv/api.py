@@ -44,7 +44,7 @@ from ..long_conv import long_conv1d
 from ..symbolic import known_true, static_size
 from . import dispatch
 from .checks import add_bias, check_bias, check_heads, check_weight, check_x, compute_dtypes, zero_lag_for
-from .engine_onnx import dynamic_conv_onnx
+from .engine_onnx import dynamic_conv_onnx, dynamic_mix_onnx
 from .operators import dynamic_conv_op
 
 __all__ = [
@@ -126,7 +126,7 @@ def dynamic_conv1d(
     contiguous ``(B, H, K, L)`` tensor is used without a copy); ``'triton'`` runs the channels-last kernels of
     :mod:`.engine_triton` (the result then has a channels-last layout, ``x.transpose(1, 2)`` contiguous). Autograd
     keeps only x and the weights. ``'onnx'`` (what ``'auto'`` runs while ``torch.onnx.export`` traces, inference
-    only) writes the ``(B, C K, L)`` taps with a one-hot depthwise conv (:mod:`.engine_onnx`).
+    only) multiplies band matrices over chunks of the sequence (:mod:`.engine_onnx`).
     """
     name = 'dynamic_conv1d'
     x = check_x(name, x)
@@ -151,13 +151,11 @@ def dynamic_conv1d(
         return add_bias(y.transpose(1, 2), bias)
     compute, out_dtype = compute_dtypes(x, weight)
     with autocast_off(x.device.type):
-        x4 = x.to(compute).reshape(B, H, C // H, L)
-        if resolved == 'onnx':
-            y = dynamic_conv_onnx(x4, weight.to(compute), zero_lag_for(static_size(K), causal))
+        if resolved == 'onnx':  # reads x as it lies (a flattened map's transposed view, see engine_onnx)
+            y = dynamic_conv_onnx(x.to(compute), weight.to(compute), zero_lag_for(static_size(K), causal))
         else:
-            y = dynamic_conv_op(
-                x4.contiguous(), weight.to(compute).transpose(2, 3).contiguous(), zero_lag_for(K, causal)
-            )
+            x4 = x.to(compute).reshape(B, H, C // H, L).contiguous()
+            y = dynamic_conv_op(x4, weight.to(compute).transpose(2, 3).contiguous(), zero_lag_for(K, causal))
         y = add_bias(y.reshape(B, C, L), bias)
     return y.to(out_dtype)
 
@@ -182,7 +180,7 @@ def dynamic_softmax_conv1d(
     ``engine`` ('auto', 'torch', 'triton', 'onnx'): the Triton engine fuses the softmax, the multipliers and the taps
     into one kernel (forward and backward, nothing of size ``(B, H, L, K)`` saved but the logits themselves) and
     returns a channels-last layout; 'torch' normalizes with ``torch.softmax`` and runs the tap loop, 'onnx' (what
-    'auto' runs under ``torch.onnx.export``) the one-hot ``Conv`` of :mod:`.engine_onnx`.
+    'auto' runs under ``torch.onnx.export``) the band matrices of :mod:`.engine_onnx`.
     """
     name = 'dynamic_softmax_conv1d'
     x = check_x(name, x)
@@ -237,24 +235,15 @@ def dynamic_conv_kernel(
     num_heads: int,
     weight_dropout: float = 0.0,
     training: bool = False,
-    *,
-    onnx: bool = False,
 ) -> torch.Tensor:
     """Per-position kernels ``(B, H, L, K)``: softmax over the taps of the predictor's logits (``W @ x``, no
     transpose of x), then DropConnect (``F.dropout`` with ``weight_dropout`` while ``training``). A transposed view
-    of a contiguous ``(B, H, K, L)`` tensor, the layout :func:`dynamic_conv1d` reads without a copy. ``onnx``: the
-    softmax written out (max, exp, sum, divide) for ONNX runtimes, whose ``Softmax`` off the last axis transposes
-    there and back (ONNX Runtime 1.32: 1.4 of the 7.2 ms of ``dynconvnext_atto``'s first mixer at batch 8)."""
+    of a contiguous ``(B, H, K, L)`` tensor, the layout :func:`dynamic_conv1d` reads without a copy."""
     B, _, L = x.shape
     logits = torch.matmul(weight, x)  # (B, H*K, L)
     if predictor_bias is not None:
         logits = logits + predictor_bias[:, None]
-    logits = logits.view(B, num_heads, -1, L)
-    if onnx:
-        e = torch.exp(logits - logits.amax(2, keepdim=True))
-        w = e / e.sum(2, keepdim=True)
-    else:
-        w = torch.softmax(logits, dim=2)
+    w = torch.softmax(logits.view(B, num_heads, -1, L), dim=2)
     return F.dropout(w, weight_dropout, training).transpose(2, 3)
 
 
@@ -275,13 +264,25 @@ def dynamic_mix(
     resolved once (:func:`.dispatch.dynamic_conv_engine_constant`). On ``'triton'`` the logits come from one GEMM
     (:func:`dynamic_conv_logits`) and one kernel fuses softmax, DropConnect (float32 multipliers drawn per
     ``(b, t, h, k)``) and taps (:func:`dynamic_softmax_conv1d`; a channels-last output; under autocast x is cast once,
-    as the logits' GEMM would, and the output has that dtype); elsewhere the kernels are formed and
-    :func:`dynamic_conv1d` runs on the resolved engine."""
+    as the logits' GEMM would, and the output has that dtype); on ``'onnx'`` the whole mixer is
+    :func:`.engine_onnx.dynamic_mix_onnx` (the predictor's logits tap-major, the bands); elsewhere the kernels are
+    formed and :func:`dynamic_conv1d` runs on the resolved engine."""
     resolved = dispatch.dynamic_conv_engine_constant(x.device.type, engine)
+    if resolved == 'onnx':
+        name = 'dynamic_mix'
+        x = check_x(name, x)
+        check_weight(name, x, weight)
+        check_heads(name, static_size(weight.shape[0]), num_heads)
+        check_bias(name, x, bias)
+        compute, out_dtype = compute_dtypes(x, weight)
+        zero_lag = zero_lag_for(static_size(weight.shape[0]) // num_heads, causal)
+        with autocast_off(x.device.type):
+            pb = None if predictor_bias is None else predictor_bias.to(compute)
+            y = dynamic_mix_onnx(x.to(compute), weight.to(compute), pb, num_heads, bias, zero_lag,
+                                 weight_dropout, training)  # fmt: skip
+        return y.to(out_dtype)
     if resolved != 'triton':
-        kernel = dynamic_conv_kernel(
-            x, weight, predictor_bias, num_heads, weight_dropout, training, onnx=resolved == 'onnx'
-        )
+        kernel = dynamic_conv_kernel(x, weight, predictor_bias, num_heads, weight_dropout, training)
         return dynamic_conv1d(x, kernel, bias, causal=causal, engine=resolved)
     cast = autocast_dtype(x.device.type)
     if cast is not None and x.dtype == torch.float32:

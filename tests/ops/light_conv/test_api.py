@@ -12,7 +12,7 @@ from mrconvnext.ops.light_conv import (
     light_conv1d,
     light_conv1d_unfold,
 )
-from mrconvnext.ops.light_conv.api import dynamic_conv_kernel, dynamic_mix
+from mrconvnext.ops.light_conv.api import dynamic_mix
 from mrconvnext.ops.light_conv.checks import zero_lag_for
 from mrconvnext.ops.light_conv.dispatch import ONNX_BAND_CHUNK, dynamic_conv_onnx_chunk
 from mrconvnext.ops.light_conv.engine_onnx import dynamic_conv_band, dynamic_conv_taps
@@ -59,8 +59,8 @@ def test_dynamic_onnx_algorithms_match_naive(K: int, causal: bool) -> None:
     x, w = rand(2, 6, L), rand(2, 3, L, K).softmax(-1)
     ref = naive_dynamic(x, w, None, causal)
     for form in (dynamic_conv_band, dynamic_conv_taps):
-        y = form(x.view(2, 3, 2, L), w, zero_lag_for(K, causal))
-        torch.testing.assert_close(y.reshape(2, 6, L), ref, msg=lambda m, f=form: f'{f.__name__}: {m}')
+        y = form(x, w, zero_lag_for(K, causal))
+        torch.testing.assert_close(y, ref, msg=lambda m, f=form: f'{f.__name__}: {m}')
 
 
 @pytest.mark.parametrize('K, zero_lag', [(5, 0), (5, 1), (5, 3), (4, 1), (7, 6), (1, 0), (12, 11)])
@@ -76,7 +76,7 @@ def test_dynamic_band_at_any_zero_lag(K: int, zero_lag: int) -> None:
                 if 0 <= t - lag < n:
                     ref[:, :, t] += w.repeat_interleave(2, 1)[:, :, t, k] * x[:, :, t - lag]
         for chunk in (None, max(K - 1, 1), K + 2):  # one band, chunks (the last one partial)
-            y = dynamic_conv_band(x.view(2, 2, 2, n), w, zero_lag, chunk).reshape(2, 4, n)
+            y = dynamic_conv_band(x, w, zero_lag, chunk)
             torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
 
 
@@ -89,7 +89,7 @@ def test_dynamic_onnx_chunks() -> None:
     x, w, bias = rand(1, 4, 3 * n + 5), rand(1, 2, 3 * n + 5, 5).softmax(-1), rand(4)
     torch.testing.assert_close(dynamic_conv1d(x, w, bias, engine='onnx'), naive_dynamic(x, w, bias, False))
     with pytest.raises(ValueError, match='chunks of 3 positions cannot hold the 4 next inputs'):
-        dynamic_conv_band(x.view(1, 2, 2, -1), w, 2, chunk=3)
+        dynamic_conv_band(x, w, 2, chunk=3)
 
 
 @pytest.mark.parametrize(
@@ -275,18 +275,19 @@ def test_dynamic_mix_is_the_predictor_then_the_convolution(training: bool) -> No
     torch.testing.assert_close(y, naive_dynamic(x, w, bias, False))
 
 
+@pytest.mark.parametrize('causal', [False, True])
 @pytest.mark.parametrize('scale', [1.0, 300.0])
-def test_dynamic_kernels_onnx_softmax_written_out(scale):
-    """The ONNX form's softmax (max, exp, sum, divide) against softmax by hand in float64: the kernels agree, sum to 1
-    over the taps, and stay finite for logits in the hundreds (exp of the raw logits overflows)."""
-    B, C, L, H, K = 2, 6, 11, 3, 5
-    x = torch.randn(B, C, L, dtype=torch.float64) * scale
-    weight, bias = torch.randn(H * K, C, dtype=torch.float64), torch.randn(H * K, dtype=torch.float64)
-    logits = (weight @ x + bias[:, None]).view(B, H, K, L)
-    ref = (logits - logits.max(2, keepdim=True).values).exp()
-    ref = (ref / ref.sum(2, keepdim=True)).transpose(2, 3)
-    for onnx in (False, True):
-        w = dynamic_conv_kernel(x, weight, bias, H, onnx=onnx)
-        assert w.shape == (B, H, L, K) and w.isfinite().all()
-        torch.testing.assert_close(w, ref, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(w.sum(-1), torch.ones(B, H, L, dtype=torch.float64))
+def test_dynamic_mix_onnx_matches_naive(scale: float, causal: bool) -> None:
+    """The ONNX form of the whole mixer (position-major logits, the predictor's rows reversed per head, softmax over
+    the last axis, bands over chunks) against the predictor and softmax by hand and the loop, in float64: one band
+    and several chunks (the last one partial), and logits in the hundreds (exp of the raw logits overflows)."""
+    H, K = 3, 5
+    for L in (11, 3 * ONNX_BAND_CHUNK + 5):
+        x = torch.randn(2, 6, L, dtype=torch.float64) * scale
+        weight, pb, bias = (torch.randn(*s, dtype=torch.float64) for s in ((H * K, 6), (H * K,), (6,)))
+        logits = (weight @ x + pb[:, None]).view(2, H, K, L)
+        ref = (logits - logits.max(2, keepdim=True).values).exp()
+        w = (ref / ref.sum(2, keepdim=True)).transpose(2, 3)
+        y = dynamic_mix(x, weight, pb, H, bias, causal=causal, engine='onnx')
+        assert y.isfinite().all()
+        torch.testing.assert_close(y, naive_dynamic(x, w, bias, causal), rtol=1e-12, atol=1e-12)
