@@ -57,24 +57,28 @@ def _check_common(cls: str, dim: int, num_heads: int, offsets_dropout: float, en
     return check_choice(cls, 'engine', engine, talk_dispatch.TALK_ENGINES)
 
 
-def _predict_offsets(proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(proj(x))`` at every position of ``x (B, C, L)`` -> ``(B, out, L)``.
+def _predict_offsets(proj: nn.Linear, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``sigmoid(proj(x))`` at every position of ``x (B, C, L)`` -> ``(B, heads, L, n)``, ``n = out / heads``
+    (output feature ``h n + i`` at ``[:, h, :, i]``).
 
     In float32 or wider, outside autocast. Computed in ``x``'s layout, never copying ``x``: a plain
     ``F.linear`` when ``x`` is laid out channels-last (a flattened channels-last map, as in the ConvNeXt
-    blocks; the result is then a ``(B, out, L)`` view of a ``(B, L, out)`` tensor, which the CPU kernel
-    reads in place), else a matmul on the channels-first layout.
+    blocks, and the map of :func:`~mrconvnext.ops.map_layout.flatten_map` under export; the result is then a view of a
+    ``(B, L, heads, n)`` tensor, which the CPU kernel reads in place and the ONNX form's transpose cancels), else a
+    matmul on the channels-first layout.
     """
     dtype = torch.promote_types(x.dtype, torch.float32)
     bias = None if proj.bias is None else proj.bias.to(dtype)
+    B, _, L = x.shape
     with autocast_off(x.device.type):
         x_cl = x.transpose(1, 2)
         if x_cl.is_contiguous() and not x.is_contiguous():
-            return torch.sigmoid(F.linear(x_cl.to(dtype), proj.weight.to(dtype), bias)).transpose(1, 2)
+            logits = F.linear(x_cl.to(dtype), proj.weight.to(dtype), bias)  # (B, L, out)
+            return torch.sigmoid(logits).view(B, L, heads, -1).transpose(1, 2)
         logits = torch.matmul(proj.weight.to(dtype), x.to(dtype))
         if bias is not None:
             logits = logits + bias.unsqueeze(-1)
-    return torch.sigmoid(logits)
+    return torch.sigmoid(logits).view(B, heads, -1, L).transpose(2, 3)
 
 
 class _MaximaInState(ScriptedInPython):
@@ -157,9 +161,7 @@ class TaLKConv1d(_MaximaInState):
 
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, L, 2)`` [left, right] in [0, 1] for input ``(B, C, L)``."""
-        B, _, L = x.shape
-        off = _predict_offsets(self.offset_proj, x)  # (B, 2H, L)
-        off = off.view(B, self.num_heads, 2, L).transpose(2, 3)
+        off = _predict_offsets(self.offset_proj, x, self.num_heads)  # (B, heads, L, 2)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
     @python_forward  # TorchScript calls it in Python (see torchscript.py)
@@ -244,8 +246,8 @@ class TaLKConv2d(_MaximaInState):
     def compute_offsets(self, x: torch.Tensor) -> torch.Tensor:
         """Relative offsets ``(B, num_heads, H, W, 4)`` [left, right, top, bottom] for input ``(B, C, H, W)``."""
         B, _, H, W = x.shape
-        off = _predict_offsets(self.offset_proj, x.reshape(B, -1, H * W))  # (B, 4 * heads, H * W)
-        off = off.view(B, self.num_heads, 4, H, W).permute(0, 1, 3, 4, 2)
+        off = _predict_offsets(self.offset_proj, x.reshape(B, -1, H * W), self.num_heads)  # (B, heads, H W, 4)
+        off = off.view(B, self.num_heads, H, W, 4)
         return talk_offsets_dropout(off, self.offsets_dropout, self.training)
 
     @python_forward  # TorchScript calls it in Python (see torchscript.py)
