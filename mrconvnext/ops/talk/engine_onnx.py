@@ -63,16 +63,15 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
     head_of = torch.arange(heads, device=x.device).repeat(L)  # (L heads,)
     batch_of = torch.arange(B, device=x.device).view(B, 1) * (L * heads)
 
-    # the batch axis of every reshape is -1: with a dynamic batch, a shape that names it is computed in the graph
     def interp(u, k):  # P(u) = P[k] + (u - k) x[k] = P[k + 1] + (u - k - 1) x[k]: one index for both tables
         k = torch.where(torch.isnan(k), 0.0, k.clamp(min=0))
-        index = ((k.long() * heads).reshape(-1, L * heads) + head_of + batch_of).reshape(-1)
-        p = inclusive.index_select(0, index).view(-1, L, heads, R)
-        v = values.index_select(0, index).view(-1, L, heads, R)
+        index = ((k.long() * heads).reshape(B, L * heads) + head_of + batch_of).reshape(-1)
+        p = inclusive.index_select(0, index).view(B, L, heads, R)
+        v = values.index_select(0, index).view(B, L, heads, R)
         return p + (u - k - 1).unsqueeze(-1) * v
 
     y = (interp(u_e, k_e) - interp(u_s, k_s)) / (max_left + max_right + 1)  # (B, L, heads, R)
-    return y.reshape(-1, L, C).transpose(1, 2).to(x.dtype)
+    return y.reshape(B, L, C).transpose(1, 2).to(x.dtype)
 
 
 def talk2d_onnx(
