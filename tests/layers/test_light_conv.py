@@ -253,6 +253,31 @@ def test_dynamic_conv_layers_take_an_engine():
         DynamicConv1d(8, 3, 2, engine='cuda')
 
 
+@pytest.mark.parametrize(('K', 'size', 'causal'), [(7, (9, 11), True), (31, (5, 7), False)])
+def test_dynamic_conv2d_in_onnxruntime_with_biases(tmp_path, K: int, size: tuple[int, int], causal: bool) -> None:
+    """The layer exported alone (``torch.onnx.export(dynamo=True)``, dynamic batch) with both biases, in ONNX Runtime
+    against PyTorch at batches 1 and 3: 99 positions in chunks (the last one partial), causal; 35 in one band."""
+    ort = pytest.importorskip('onnxruntime')
+    import warnings
+
+    torch.manual_seed(0)
+    m = DynamicConv2d(32, size, kernel_size=K, num_heads=4, causal=causal, bias=True, predictor_bias=True).eval()
+    with torch.no_grad():
+        m.bias.normal_()
+        m.weight_linear.bias.normal_()
+    path = str(tmp_path / 'layer.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        program = torch.onnx.export(m, (torch.randn(2, 32, *size),), dynamo=True, dynamic_shapes=({0: 'batch'},))
+    program.save(path)
+    session = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    for batch in (1, 3):
+        x = torch.randn(batch, 32, *size)
+        y = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+        with torch.no_grad():
+            torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize('saved_bias', [False, True])
 @pytest.mark.parametrize('layer_bias', [False, True])
 def test_the_checkpoint_decides_the_predictor_bias(saved_bias: bool, layer_bias: bool) -> None:
