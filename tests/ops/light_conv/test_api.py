@@ -278,9 +278,9 @@ def test_dynamic_mix_is_the_predictor_then_the_convolution(training: bool) -> No
 @pytest.mark.parametrize('causal', [False, True])
 @pytest.mark.parametrize('scale', [1.0, 300.0])
 def test_dynamic_mix_onnx_matches_naive(scale: float, causal: bool) -> None:
-    """The ONNX form of the whole mixer (position-major logits, the predictor's rows reversed per head, softmax over
-    the last axis, bands over chunks) against the predictor and softmax by hand and the loop, in float64: one band
-    and several chunks (the last one partial), and logits in the hundreds (exp of the raw logits overflows)."""
+    """The ONNX form of the whole mixer (tap-major logits of the predictor with its rows reversed per head, the
+    softmax written out, bands over chunks) against the predictor and softmax by hand and the loop, in float64: one
+    band and several chunks (the last one partial), and logits in the hundreds (exp of the raw logits overflows)."""
     H, K = 3, 5
     for L in (11, 3 * ONNX_BAND_CHUNK + 5):
         x = torch.randn(2, 6, L, dtype=torch.float64) * scale
