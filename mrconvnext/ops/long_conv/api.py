@@ -98,8 +98,9 @@ def _plan(
     zero = sym_min(zero_lag, L - 1)
     taps = zero + 1 + sym_min(kernel.shape[-1] - 1 - zero_lag, L - 1)
     amp = autocast_dtype(x.device.type)
+    channels = x.shape[1] * (kernel.shape[0] if kernel.dim() == 3 else 1)  # convolutions per batch item
     plan = dispatch.long_conv_plan(
-        x.device.type, amp or x.dtype, L, taps, zero, method, engine, batch=x.shape[0], grad=grad
+        x.device.type, amp or x.dtype, L, taps, zero, method, engine, batch=x.shape[0], grad=grad, channels=channels
     )
     compute = torch.float64 if x.dtype == torch.float64 or kernel.dtype == torch.float64 else torch.float32
     return plan, amp, compute
@@ -230,9 +231,7 @@ def _run(
     if plan.operator == 'direct':
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
         with autocast_off(x.device.type):
-            y = direct_conv1d(_cast(x, compute), _cast(kernel, compute), zero_lag)
-        if b is not None:
-            y = y + b.unsqueeze(-1)
+            y = direct_conv1d(_cast(x, compute), _cast(kernel, compute), zero_lag, b)
         return _cast(y, out_dtype)
     stacked = kernel.dim() == 3
     k = _cast(kernel, compute)

@@ -74,6 +74,15 @@ TOEPLITZ_MAX_LENGTH = 256
 # Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64
 
+# A forward without a backward on CUDA that would run torch.fft runs the direct method (grouped conv1d: torch's own
+# depthwise kernel) where that takes at most this many multiply-adds (batch x channels x kernels x length x taps):
+# the deployed model's small batches, whose FFT path is bound by the host (per convolution eleven launches and
+# fourteen calls of torch's op bindings from Python; the direct method four and eight). Chosen by the cost model,
+# not yet measured on a GPU: `python scripts/gpu_cost.py --model mrconvnext_t:reparam --batch B`, B from 1 to 128,
+# with limits from 1e8 to 3e9; past 6e8 only batch 1 gained, by sending ConvNeXt-T's first stage (6,271 taps) to the
+# direct kernel, whose modeled rate there is an extrapolation from short kernels. docs/gpu/cost-model.md has the rows.
+DIRECT_CUDA_MAX_MACS = 600_000_000
+
 
 # The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`
 # (docs/benchmarks.md): at L = 196 the row DFT of the 'onnx' engine (engine_onnx: a 14 x 14 grid, blocks along its
@@ -160,6 +169,7 @@ def long_conv_plan(
     engine: str,
     batch: int | None = None,
     grad: bool = False,
+    channels: int | None = None,
 ) -> LongConvPlan:
     """The plan (:class:`LongConvPlan`) that :func:`~mrconvnext.ops.long_conv1d` runs for a convolution computed in ``dtype``
     (the input's, or autocast's where it is on) of ``length`` on ``device_type``, a kernel whose ``taps`` (with
@@ -171,8 +181,9 @@ def long_conv_plan(
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA in a batch of at least ``TOEPLITZ_MIN_BATCH``, the
     matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
-    otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else
-    ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
+    otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else on CUDA without a backward
+    ``'direct'`` where it takes at most ``DIRECT_CUDA_MAX_MACS`` multiply-adds (``batch`` x ``channels``, the
+    convolutions per batch item, x ``length`` x ``taps``; None: not known); else ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
     ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
     conditions hold for every size the graph serves (a symbolic batch takes ``'fft'``): the choice adds no
     guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
@@ -219,6 +230,9 @@ def long_conv_plan(
                     return _planned(matmul_method(length), 'torch', engine, device_type)
             elif known_true(length <= TOEPLITZ_MAX_LENGTH):
                 return _planned('toeplitz', 'torch', engine, device_type)
+        small = device_type == 'cuda' and not grad and _small_work(batch, channels, length, taps)
+        if engine in ('auto', 'torch') and small:  # in place of torch.fft
+            return _planned('direct', 'torch', engine, device_type)
     if engine == 'native':
         if fft_engine(device_type, dtype) != 'native':
             why = (
@@ -231,6 +245,14 @@ def long_conv_plan(
             )
         return _planned('fft', 'native', engine, device_type)
     return _planned('fft', engine if engine == 'torch' else fft_engine(device_type, dtype), engine, device_type)
+
+
+def _small_work(batch: int | None, channels: int | None, length: int, taps: int) -> bool:
+    """Whether a direct convolution of ``batch`` x ``channels`` sequences is known to take at most
+    :data:`DIRECT_CUDA_MAX_MACS` multiply-adds (False where a size is unknown, or symbolic and not known to fit)."""
+    if batch is None or channels is None:
+        return False
+    return known_true(batch * channels * length * taps <= DIRECT_CUDA_MAX_MACS)
 
 
 def conv_bn_sum_available(x: torch.Tensor) -> bool:

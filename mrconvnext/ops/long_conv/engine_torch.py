@@ -164,9 +164,13 @@ def fft_backward(
     return grad_x, torch.fft.irfft(grad_k_f, n=n) if need_k else None
 
 
-def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
+def direct_conv1d(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """The convolution of the module docstring with grouped ``F.conv1d`` (no dtype handling, no crop):
-    ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)`` -> ``(B, C, L)`` or ``(B, N, C, L)``."""
+    ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)``, ``bias (C,)`` or None -> ``(B, C, L)`` or
+    ``(B, N, C, L)``. One kernel's bias is the conv's own (no op of its own: the deployed model's small batches on a
+    GPU are bound by the host)."""
     B, C, L = x.shape
     K = kernel.shape[-1]
     multi = kernel.dim() == 3
@@ -177,12 +181,15 @@ def direct_conv1d(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     # static shape, which its Conv needs
     w = (w.transpose(0, 1).flatten(0, 1) if multi else w).unsqueeze(1)
     pad_left, pad_right = K - 1 - zero_lag, zero_lag
+    b = None if multi else bias
     if pad_left == pad_right and (x.device.type != 'cpu' or pad_left <= CPU_NATIVE_PAD_MAX):
-        y = F.conv1d(x, w, padding=pad_left, groups=C)
+        y = F.conv1d(x, w, b, padding=pad_left, groups=C)
     else:
-        y = F.conv1d(F.pad(x, (pad_left, pad_right)), w, groups=C)
+        y = F.conv1d(F.pad(x, (pad_left, pad_right)), w, b, groups=C)
     if multi:
         y = y.view(B, C, N, L).transpose(1, 2)
+        if bias is not None:
+            y = y + bias.unsqueeze(-1)
     return y
 
 

@@ -110,12 +110,17 @@ def conv_bn_sum_backward_flops(
     return round(_bwd(B, N, C, n, need_x, need_k) + B * C * L + 7 * B * N * C * L)
 
 
-def _method(x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engine: str, grad: bool = False) -> str:
+def _method(
+    x: torch.Tensor, L: int, taps: int, zero_lag: int, method: str, engine: str, kernels: int, grad: bool = False
+) -> str:
     zero = min(zero_lag, L - 1)
     reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
     # the folded operators' convolutions run inside them, where no autograd records; their batch is a chunk of x's,
-    # counted here as the whole batch
-    return dispatch.long_conv_plan(x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad).method
+    # counted here as the whole batch, each with the branches' kernels
+    channels = x.shape[1] * kernels
+    return dispatch.long_conv_plan(
+        x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad, channels
+    ).method
 
 
 def _branch_batch(method: str, B: int, C: int, M: int) -> tuple[int, int]:
@@ -155,7 +160,7 @@ def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method,
     the elementwise terms."""
     B, C, L = x.shape
     N, M, K = kernels.shape
-    m = _method(x, L, K, zero_lag, method, engine)
+    m = _method(x, L, K, zero_lag, method, engine, N)
     Bg, Cg = _branch_batch(m, B, C, M)
     branches = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
     return round(branches + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
@@ -167,10 +172,10 @@ def folded_bn_conv_backward_flops(g, x, kernels, zero_lag, *rest, **kwargs) -> i
     method, engine = rest[-3], rest[-2]
     B, C, L = x.shape
     N, M, K = kernels.shape
-    m = _method(x, L, K, zero_lag, method, engine)
+    m = _method(x, L, K, zero_lag, method, engine, N)
     Bg, Cg = _branch_batch(m, B, C, M)
     conv = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
-    mv = _method(x, L, K, zero_lag, method, engine, grad=True)  # long_conv1d_vjp chooses as for a backward
+    mv = _method(x, L, K, zero_lag, method, engine, N, grad=True)  # long_conv1d_vjp chooses as for a backward
     Bv, Cv = _branch_batch(mv, B, C, M)
     vjp = conv_vjp_flops(mv, Bv, N, Cv, L, K, zero_lag)
     # the statistics' gradient: one kernel gradient of a (C, K) convolution and its products with the N kernels

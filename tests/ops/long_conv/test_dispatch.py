@@ -33,6 +33,66 @@ def test_plan(device, dtype, length, taps, method, engine, batch, grad, want):
     assert tuple(plan) == want
 
 
+LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
+
+
+@pytest.mark.parametrize(
+    'device, dtype, length, taps, batch, channels, grad, want',
+    [
+        ('cuda', BF16, 196, 391, 1, 384, False, 'direct'),  # ConvNeXt-T's third stage, deployed, batch 1
+        ('cuda', F32, 196, 391, 1, 384, False, 'direct'),
+        ('cuda', BF16, 196, 391, 1, 384, True, 'fft'),  # a backward to come
+        ('cuda', BF16, 3136, 6271, 1, 96, False, 'fft'),  # the first stage: more work than the limit
+        ('cuda', BF16, 196, 391, 128, 384, False, 'toeplitz'),  # a large batch of a short map: the GEMM
+        ('cuda', BF16, 196, 391, 1, None, False, 'fft'),  # the channels not known
+        ('cuda', BF16, 196, 391, None, 384, False, 'fft'),  # the batch not known
+        ('cpu', F32, 196, 391, 1, 384, False, 'fft'),  # the CPU's FFT kernels are not bound by a host
+        ('cuda', F32, 100, 100, 1, LIMIT // 10_000, False, 'direct'),  # exactly the limit
+        ('cuda', F32, 100, 100, 1, LIMIT // 10_000 + 1, False, 'fft'),  # one sequence more
+    ],
+)
+def test_small_cuda_work_runs_the_direct_method(device, dtype, length, taps, batch, channels, grad, want):
+    """On CUDA, a forward without a backward that would run torch.fft runs the direct method where its
+    multiply-adds (batch x channels x length x taps) are at most ``DIRECT_CUDA_MAX_MACS``."""
+    assert LIMIT % 10_000 == 0
+    plan = dispatch.long_conv_plan(device, dtype, length, taps, taps // 2, 'auto', 'auto', batch, grad, channels)
+    assert plan.method == want, plan
+
+
+def test_the_direct_work_counts_every_kernel():
+    """Stacked kernels multiply the work: N kernels over C channels are N C convolutions per image."""
+    ok = dispatch.long_conv_plan('cuda', F32, 100, 100, 49, 'auto', 'auto', 1, False, LIMIT // 10_000)
+    assert ok.method == 'direct'
+    x, k = torch.randn(1, LIMIT // 20_000, 100), torch.randn(2, LIMIT // 20_000, 100)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        x, k = mode.from_tensor(x).cuda(), mode.from_tensor(k).cuda()
+        with RecordOps() as rec:
+            long_conv1d(x, k, zero_lag=49)  # 2 kernels x C channels: exactly the limit
+        assert 'aten.convolution.default' in rec.names
+        with RecordOps() as rec:
+            long_conv1d(torch.cat([x, x[:, :1]], 1), torch.cat([k, k[:, :1]], 1), zero_lag=49)  # two more
+        assert 'aten.convolution.default' not in rec.names and 'mrconvnext.fft_conv.default' in rec.names
+
+
+def test_a_small_deployed_convolution_on_cuda_is_one_conv_with_its_bias():
+    """On fake CUDA tensors, the deployed third stage of ConvNeXt-T at batch 1 (no gradient) runs one grouped
+    convolution that adds the bias itself: no FFT and no separate addition; with a gradient to come it runs the
+    FFT."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.randn(1, 196, 384, device='cuda').mT  # a flattened channels-last map
+        k, b = torch.randn(384, 391, device='cuda'), torch.randn(384, device='cuda')
+        with RecordOps() as rec, torch.no_grad():
+            y = long_conv1d(x, k, b, zero_lag=195)
+        assert y.shape == (1, 384, 196)
+        assert rec.work.count('aten.convolution.default') == 1, rec.work
+        assert not [n for n in rec.work if 'fft' in n or n.startswith('aten.add')], rec.work
+        with RecordOps() as rec:
+            long_conv1d(x, k.requires_grad_(), b, zero_lag=195)
+        assert 'mrconvnext.fft_conv.default' in rec.names and 'aten.convolution.default' not in rec.names
+
+
 @pytest.mark.skipif(not NATIVE, reason='the fused native kernels do not build here')
 def test_cpu_auto_plans_the_native_kernels():
     assert tuple(dispatch.long_conv_plan('cpu', F32, 3136, 3136, 1567, 'auto', 'auto')) == ('fft', 'native', 'fft_conv')
