@@ -86,16 +86,17 @@ def resolve(
     taps: int = 3136,
     batch: int | None = None,
     grad: bool = False,
+    channels: int | None = None,
 ) -> tuple[str, str]:
     """``(method, engine)`` that ``op`` runs on ``device`` for ``dtype`` inputs, a sequence of ``length``, (long
-    convolutions) a kernel of ``taps`` centred taps, ``batch`` sequences (None: not known) and ``grad`` (a backward
-    to come). ``op``: ``'long_conv1d'``, ``'branch_conv_bn_sum'``,
+    convolutions) a kernel of ``taps`` centred taps, ``batch`` sequences of ``channels`` convolutions each (None: not
+    known) and ``grad`` (a backward to come). ``op``: ``'long_conv1d'``, ``'branch_conv_bn_sum'``,
     ``'talk1d'``, ``'talk2d'``, ``'dynamic_conv1d'``, ``'light_conv1d'`` (one method each but the long convolution's:
     ``'-'``)."""
     device = torch.device(device)
     if op == 'long_conv1d':
         plan = long_conv_dispatch.long_conv_plan(
-            device.type, dtype, length, taps, taps // 2, method, engine, batch, grad
+            device.type, dtype, length, taps, taps // 2, method, engine, batch, grad, channels
         )
         return plan.method, plan.engine
     if op == 'branch_conv_bn_sum':

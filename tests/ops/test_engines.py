@@ -38,6 +38,11 @@ def test_long_convolutions_choose_by_taps_device_and_dtype():
     # half precision on CUDA without flashfftconv: torch.fft but short maps in large batches
     # (tests/ops/long_conv/test_matmul_methods.py)
     assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, taps=3136, batch=128) == ('fft', 'torch')
+    # a small forward on CUDA (ConvNeXt-T's deployed third stage at batch 1): the direct convolution, not with a
+    # backward to come (tests/ops/long_conv/test_dispatch.py)
+    small = dict(length=196, taps=391, batch=1, channels=384)
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, **small) == ('direct', 'torch')
+    assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, grad=True, **small) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cuda', torch.bfloat16, method='fft', taps=3136) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', method='fft', engine='torch', taps=7) == ('fft', 'torch')
     assert engines.resolve('long_conv1d', 'cpu', engine='torch', taps=7) == ('direct', 'torch')
