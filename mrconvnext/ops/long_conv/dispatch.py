@@ -79,9 +79,11 @@ TOEPLITZ_MIN_BATCH = 64
 # the deployed model's small batches, whose FFT path is bound by the host (per convolution eleven launches and
 # fourteen calls of torch's op bindings from Python; the direct method four and eight). Chosen by the cost model,
 # not yet measured on a GPU: `python scripts/gpu_cost.py --model mrconvnext_t:reparam --batch B`, B from 1 to 128,
-# with limits from 1e8 to 3e9; past 6e8 only batch 1 gained, by sending ConvNeXt-T's first stage (6,271 taps) to the
-# direct kernel, whose modeled rate there is an extrapolation from short kernels. docs/gpu/cost-model.md has the rows.
-DIRECT_CUDA_MAX_MACS = 600_000_000
+# with limits from 1e8 to 4e9. 2e9 was the fastest at batches 1 to 16 and 64 to 128 (ConvNeXt-T's first stage,
+# 6,271 taps, runs direct at batch 1; its second up to batch 8), and 2 % slower than 6e8 at batch 32; 4e9 lost at
+# batches 2 and 16. The kernel's modeled rate at these lengths is an extrapolation from short kernels (LightConv's,
+# the one profile that measured it). docs/gpu/cost-model.md has the rows.
+DIRECT_CUDA_MAX_MACS = 2_000_000_000
 
 
 # The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`

@@ -42,7 +42,8 @@ LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
         ('cuda', BF16, 196, 391, 1, 384, False, 'direct'),  # ConvNeXt-T's third stage, deployed, batch 1
         ('cuda', F32, 196, 391, 1, 384, False, 'direct'),
         ('cuda', BF16, 196, 391, 1, 384, True, 'fft'),  # a backward to come
-        ('cuda', BF16, 3136, 6271, 1, 96, False, 'fft'),  # the first stage: more work than the limit
+        ('cuda', BF16, 3136, 6271, 1, 96, False, 'direct'),  # the first stage at batch 1
+        ('cuda', BF16, 3136, 6271, 2, 96, False, 'fft'),  # at batch 2: more work than the limit
         ('cuda', BF16, 196, 391, 128, 384, False, 'toeplitz'),  # a large batch of a short map: the GEMM
         ('cuda', BF16, 196, 391, 1, None, False, 'fft'),  # the channels not known
         ('cuda', BF16, 196, 391, None, 384, False, 'fft'),  # the batch not known
@@ -63,9 +64,8 @@ def test_the_direct_work_counts_every_kernel():
     """Stacked kernels multiply the work: N kernels over C channels are N C convolutions per image."""
     ok = dispatch.long_conv_plan('cuda', F32, 100, 100, 49, 'auto', 'auto', 1, False, LIMIT // 10_000)
     assert ok.method == 'direct'
-    x, k = torch.randn(1, LIMIT // 20_000, 100), torch.randn(2, LIMIT // 20_000, 100)
-    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
-        x, k = mode.from_tensor(x).cuda(), mode.from_tensor(k).cuda()
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        x, k = torch.randn(1, LIMIT // 20_000, 100, device='cuda'), torch.randn(2, LIMIT // 20_000, 100, device='cuda')
         with RecordOps() as rec:
             long_conv1d(x, k, zero_lag=49)  # 2 kernels x C channels: exactly the limit
         assert 'aten.convolution.default' in rec.names
