@@ -185,7 +185,8 @@ def long_conv_plan(
     matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
     otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else on CUDA without a backward
     ``'direct'`` where it takes at most ``DIRECT_CUDA_MAX_MACS`` multiply-adds (``batch`` x ``channels``, the
-    convolutions per batch item, x ``length`` x ``taps``; None: not known); else ``'fft'`` (computed in float32). The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s comment. With sizes that
+    convolutions per batch item, x ``length`` x ``taps``; None: not known); else ``'fft'`` (computed in float32).
+    The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s and ``DIRECT_CUDA_MAX_MACS``'s comments. With sizes that
     ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
     conditions hold for every size the graph serves (a symbolic batch takes ``'fft'``): the choice adds no
     guard. ``engine='auto'`` for the FFT: :func:`fft_engine`; the matmul
