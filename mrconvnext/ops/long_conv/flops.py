@@ -116,7 +116,8 @@ def _method(
     zero = min(zero_lag, L - 1)
     reach = zero + 1 + min(taps - 1 - zero_lag, L - 1)
     # the folded operators' convolutions run inside them, where no autograd records; their batch is a chunk of x's,
-    # counted here as the whole batch, each with the branches' kernels
+    # counted here as the whole batch (a last chunk small enough for the direct method on CUDA is counted as the
+    # whole batch's method), with ``kernels`` kernels each
     channels = x.shape[1] * kernels
     return dispatch.long_conv_plan(
         x.device.type, x.dtype, L, reach, zero, method, engine, x.shape[0], grad, channels
@@ -163,7 +164,8 @@ def folded_bn_conv_flops(x, kernels, zero_lag, weight, bias, alpha, eps, method,
     m = _method(x, L, K, zero_lag, method, engine, N)
     Bg, Cg = _branch_batch(m, B, C, M)
     branches = conv_flops(m, Bg, N, Cg, L, K, zero_lag)
-    return round(branches + conv_flops(m, B, 1, C, L, K, zero_lag) + 4 * B * N * C * L)
+    merged = conv_flops(_method(x, L, K, zero_lag, method, engine, 1), B, 1, C, L, K, zero_lag)  # one kernel
+    return round(branches + merged + 4 * B * N * C * L)
 
 
 @register_flop_formula(torch.ops.mrconvnext.folded_bn_conv_backward, get_raw=True)

@@ -40,7 +40,8 @@ LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
     'device, dtype, length, taps, batch, channels, grad, want',
     [
         ('cuda', BF16, 196, 391, 1, 384, False, 'direct'),  # ConvNeXt-T's third stage, deployed, batch 1
-        ('cuda', F32, 196, 391, 1, 384, False, 'direct'),
+        ('cuda', torch.float16, 196, 391, 1, 384, False, 'direct'),
+        ('cuda', F32, 196, 391, 1, 384, False, 'fft'),  # float32: cuDNN's TF32 would lose digits the FFT keeps
         ('cuda', BF16, 196, 391, 1, 384, True, 'fft'),  # a backward to come
         ('cuda', BF16, 3136, 6271, 1, 96, False, 'direct'),  # the first stage at batch 1
         ('cuda', BF16, 3136, 6271, 2, 96, False, 'fft'),  # at batch 2: more work than the limit
@@ -48,13 +49,13 @@ LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
         ('cuda', BF16, 196, 391, 1, None, False, 'fft'),  # the channels not known
         ('cuda', BF16, 196, 391, None, 384, False, 'fft'),  # the batch not known
         ('cpu', F32, 196, 391, 1, 384, False, 'fft'),  # the CPU's FFT kernels are not bound by a host
-        ('cuda', F32, 100, 100, 1, LIMIT // 10_000, False, 'direct'),  # exactly the limit
-        ('cuda', F32, 100, 100, 1, LIMIT // 10_000 + 1, False, 'fft'),  # one sequence more
+        ('cuda', BF16, 100, 100, 1, LIMIT // 10_000, False, 'direct'),  # exactly the limit
+        ('cuda', BF16, 100, 100, 1, LIMIT // 10_000 + 1, False, 'fft'),  # one sequence more
     ],
 )
 def test_small_cuda_work_runs_the_direct_method(device, dtype, length, taps, batch, channels, grad, want):
-    """On CUDA, a forward without a backward that would run torch.fft runs the direct method where its
-    multiply-adds (batch x channels x length x taps) are at most ``DIRECT_CUDA_MAX_MACS``."""
+    """On CUDA, a half-precision forward without a backward that would run torch.fft runs the direct method where
+    its multiply-adds (batch x channels x length x taps) are at most ``DIRECT_CUDA_MAX_MACS``."""
     assert LIMIT % 10_000 == 0
     plan = dispatch.long_conv_plan(device, dtype, length, taps, taps // 2, 'auto', 'auto', batch, grad, channels)
     assert plan.method == want, plan
@@ -62,10 +63,11 @@ def test_small_cuda_work_runs_the_direct_method(device, dtype, length, taps, bat
 
 def test_the_direct_work_counts_every_kernel():
     """Stacked kernels multiply the work: N kernels over C channels are N C convolutions per image."""
-    ok = dispatch.long_conv_plan('cuda', F32, 100, 100, 49, 'auto', 'auto', 1, False, LIMIT // 10_000)
+    ok = dispatch.long_conv_plan('cuda', BF16, 100, 100, 49, 'auto', 'auto', 1, False, LIMIT // 10_000)
     assert ok.method == 'direct'
     with torch._subclasses.fake_tensor.FakeTensorMode():
-        x, k = torch.randn(1, LIMIT // 20_000, 100, device='cuda'), torch.randn(2, LIMIT // 20_000, 100, device='cuda')
+        x = torch.randn(1, LIMIT // 20_000, 100, device='cuda', dtype=BF16)
+        k = torch.randn(2, LIMIT // 20_000, 100, device='cuda')
         with RecordOps() as rec:
             long_conv1d(x, k, zero_lag=49)  # 2 kernels x C channels: exactly the limit
         assert 'aten.convolution.default' in rec.names
@@ -75,21 +77,24 @@ def test_the_direct_work_counts_every_kernel():
 
 
 def test_a_small_deployed_convolution_on_cuda_is_one_conv_with_its_bias():
-    """On fake CUDA tensors, the deployed third stage of ConvNeXt-T at batch 1 (no gradient) runs one grouped
-    convolution that adds the bias itself: no FFT and no separate addition; with a gradient to come it runs the
-    FFT."""
+    """On fake CUDA tensors, the deployed third stage of ConvNeXt-T at batch 1 (bf16, no gradient) runs one
+    grouped convolution that adds the bias itself: no FFT and no separate addition; with a gradient to come, or in
+    float32, it runs the FFT. (Half inputs: autocast needs a visible GPU, and plans as they do.)"""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
         x = torch.randn(1, 196, 384, device='cuda').mT  # a flattened channels-last map
         k, b = torch.randn(384, 391, device='cuda'), torch.randn(384, device='cuda')
         with RecordOps() as rec, torch.no_grad():
-            y = long_conv1d(x, k, b, zero_lag=195)
-        assert y.shape == (1, 384, 196)
+            y = long_conv1d(x.to(BF16), k, b, zero_lag=195)
+        assert y.shape == (1, 384, 196) and y.dtype == BF16
         assert rec.work.count('aten.convolution.default') == 1, rec.work
         assert not [n for n in rec.work if 'fft' in n or n.startswith('aten.add')], rec.work
+        with RecordOps() as rec, torch.no_grad():
+            long_conv1d(x, k, b, zero_lag=195)
+        assert 'mrconvnext.fft_conv.default' in rec.names and 'aten.convolution.default' not in rec.names
         with RecordOps() as rec:
-            long_conv1d(x, k.requires_grad_(), b, zero_lag=195)
+            long_conv1d(x.to(BF16), k.requires_grad_(), b, zero_lag=195)
         assert 'mrconvnext.fft_conv.default' in rec.names and 'aten.convolution.default' not in rec.names
 
 
