@@ -37,7 +37,7 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
   convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, in batches of at least
   :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`, the matmul methods (the Toeplitz product up to
   :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MAX_LENGTH`; compiled without a backward to come: Toeplitz, else
-  row DFT); else, for those without a backward to come, ``'direct'`` where it takes at most
+  row DFT); else on CUDA without a backward to come ``'direct'`` where it takes at most
   :data:`~mrconvnext.ops.long_conv.dispatch.DIRECT_CUDA_MAX_MACS` multiply-adds (small batches, bound by the host);
   else ``'fft'`` on the device's engine (measured on a GPU: :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`'s
   comment; the direct rule chosen by the cost model).

@@ -75,14 +75,12 @@ TOEPLITZ_MAX_LENGTH = 256
 # Under torch.compile with a symbolic batch (dynamic shapes) the batch is not known to be large: torch.fft.
 TOEPLITZ_MIN_BATCH = 64
 
-# A half-precision forward (fp16 / bf16 inputs or autocast) without a backward on CUDA that would run torch.fft runs
-# the direct method (grouped conv1d, cuDNN's or torch's own depthwise kernel as ATen picks) where that takes at most
-# this many multiply-adds (batch x channels x kernels x length x taps): the deployed model's small batches, whose FFT
-# path is bound by the host (per convolution eleven launches and fourteen calls of torch's op bindings from Python;
-# the direct method four and eight). Half precision only: the conv computes in float32, where cuDNN may take TF32
-# (torch.backends.cudnn.allow_tf32), whose error stays below the half-precision rounding of the map but not below a
-# float32 model's. The folded BatchNorm's convolutions in training (fold_bn, no backward of their own) take it too.
-# Chosen by the cost model,
+# A forward without a backward on CUDA that would run torch.fft runs the direct method (grouped conv1d in the FFT's
+# compute dtype, float32 or float64: ATen makes a 1-D conv's input contiguous, and runs torch's own depthwise kernel,
+# no tensor cores) where that takes at most this many multiply-adds (batch x channels x kernels x length x taps): the
+# deployed model's small batches, whose FFT path is bound by the host (per convolution eleven launches and fourteen
+# calls of torch's op bindings from Python; the direct method four and eight). The folded BatchNorm's convolutions in
+# training (fold_bn: no backward of their own) take it too. Chosen by the cost model,
 # not yet measured on a GPU: `python scripts/gpu_cost.py --model mrconvnext_t:reparam --batch B`, B from 1 to 128,
 # with limits from 1e8 to 4e9. 2e9 was the fastest at batches 1 to 16 and 64 to 128 (ConvNeXt-T's first stage,
 # 6,271 taps, runs direct at batch 1; its second up to batch 8), and 2 % slower than 6e8 at batch 32; 4e9 lost at
@@ -188,8 +186,8 @@ def long_conv_plan(
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA in a batch of at least ``TOEPLITZ_MIN_BATCH``, the
     matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
-    otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else for fp16 / bf16 on CUDA without a
-    backward ``'direct'`` where it takes at most ``DIRECT_CUDA_MAX_MACS`` multiply-adds (``batch`` x ``channels``, the
+    otherwise the Toeplitz product for a length up to ``TOEPLITZ_MAX_LENGTH``; else on CUDA without a backward
+    ``'direct'`` where it takes at most ``DIRECT_CUDA_MAX_MACS`` multiply-adds (``batch`` x ``channels``, the
     convolutions per batch item, x ``length`` x ``taps``; None: not known); else ``'fft'`` (computed in float32).
     The measurements behind it: ``TOEPLITZ_MIN_BATCH``'s and ``DIRECT_CUDA_MAX_MACS``'s comments. With sizes that
     ``torch.compile`` traces symbolically the direct method and the matmul methods are taken only where their
@@ -238,7 +236,7 @@ def long_conv_plan(
                     return _planned(matmul_method(length), 'torch', engine, device_type)
             elif known_true(length <= TOEPLITZ_MAX_LENGTH):
                 return _planned('toeplitz', 'torch', engine, device_type)
-        small = half_cuda and not grad and _small_work(batch, channels, length, taps)
+        small = device_type == 'cuda' and not grad and _small_work(batch, channels, length, taps)
         if engine in ('auto', 'torch') and small:  # in place of torch.fft
             return _planned('direct', 'torch', engine, device_type)
     if engine == 'native':

@@ -40,8 +40,7 @@ LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
     'device, dtype, length, taps, batch, channels, grad, want',
     [
         ('cuda', BF16, 196, 391, 1, 384, False, 'direct'),  # ConvNeXt-T's third stage, deployed, batch 1
-        ('cuda', torch.float16, 196, 391, 1, 384, False, 'direct'),
-        ('cuda', F32, 196, 391, 1, 384, False, 'fft'),  # float32: cuDNN's TF32 would lose digits the FFT keeps
+        ('cuda', F32, 196, 391, 1, 384, False, 'direct'),
         ('cuda', BF16, 196, 391, 1, 384, True, 'fft'),  # a backward to come
         ('cuda', BF16, 3136, 6271, 1, 96, False, 'direct'),  # the first stage at batch 1
         ('cuda', BF16, 3136, 6271, 2, 96, False, 'fft'),  # at batch 2: more work than the limit
@@ -54,8 +53,8 @@ LIMIT = dispatch.DIRECT_CUDA_MAX_MACS
     ],
 )
 def test_small_cuda_work_runs_the_direct_method(device, dtype, length, taps, batch, channels, grad, want):
-    """On CUDA, a half-precision forward without a backward that would run torch.fft runs the direct method where
-    its multiply-adds (batch x channels x length x taps) are at most ``DIRECT_CUDA_MAX_MACS``."""
+    """On CUDA, a forward without a backward that would run torch.fft runs the direct method where its
+    multiply-adds (batch x channels x length x taps) are at most ``DIRECT_CUDA_MAX_MACS``."""
     assert LIMIT % 10_000 == 0
     plan = dispatch.long_conv_plan(device, dtype, length, taps, taps // 2, 'auto', 'auto', batch, grad, channels)
     assert plan.method == want, plan
@@ -78,8 +77,8 @@ def test_the_direct_work_counts_every_kernel():
 
 def test_a_small_deployed_convolution_on_cuda_is_one_conv_with_its_bias():
     """On fake CUDA tensors, the deployed third stage of ConvNeXt-T at batch 1 (bf16, no gradient) runs one
-    grouped convolution that adds the bias itself: no FFT and no separate addition; with a gradient to come, or in
-    float32, it runs the FFT. (Half inputs: autocast needs a visible GPU, and plans as they do.)"""
+    grouped convolution that adds the bias itself: no FFT and no separate addition (in float32 too); with a gradient
+    to come it runs the FFT. (Half inputs: autocast needs a visible GPU, and plans as they do.)"""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
@@ -92,7 +91,7 @@ def test_a_small_deployed_convolution_on_cuda_is_one_conv_with_its_bias():
         assert not [n for n in rec.work if 'fft' in n or n.startswith('aten.add')], rec.work
         with RecordOps() as rec, torch.no_grad():
             long_conv1d(x, k, b, zero_lag=195)
-        assert 'mrconvnext.fft_conv.default' in rec.names and 'aten.convolution.default' not in rec.names
+        assert rec.work.count('aten.convolution.default') == 1, rec.work
         with RecordOps() as rec:
             long_conv1d(x.to(BF16), k.requires_grad_(), b, zero_lag=195)
         assert 'mrconvnext.fft_conv.default' in rec.names and 'aten.convolution.default' not in rec.names
