@@ -6,14 +6,17 @@
 Each model is built for ``--img-size`` (224: the nominal size), reparameterized (timm's ``reparameterize_model``: one long kernel per
 MRConv mixer), exported as ``mrconvnext-export --onnx`` exports it (``mrconvnext.tools.export.export_onnx``,
 opset 18), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
-two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads; the
-models are timed in interleaved rounds (each round times one batch of every model, in a rotating order, so load
-changes on a shared machine hit all alike) after two warm-up runs; reported are the medians, the ratios of
-throughput to the ConvNeXt of the same size, the export time and the number of ONNX nodes. Each session has its own
-intra-op threads, which spin-wait after a run: a session run right after another shares the cores with them
-(convnext_atto at batch 1 took 31 ms so, 11 ms alone). So each timed run follows a pause of ``--pause`` seconds and
-one untimed run of the same session, as a model serving a stream of requests alone runs; tables generated before
-2026-11-27 lack this, and their batch-1 columns favour the larger graphs.
+two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads, after
+two warm-up runs, in ``--rounds`` rounds (rotating the order of the models); in each round every model runs back to
+back with the ConvNeXt of its size, one first and then the other, alternately. Reported: the median of each model's
+runs (``b*_ms``), the median of its paired ratios of throughput to that ConvNeXt (``b*_ratio``; a pair's two runs lie
+a fraction of a second apart, so the speed of a shared machine, which drifts over seconds, cancels in each ratio) and
+their interquartile range (``b*_ratio_iqr``), the export time and the number of ONNX nodes. Tables generated before
+2026-12-02 took the ratio of the two medians, from runs up to a round apart. Each session has its own intra-op
+threads, which spin-wait after a run: a session run right after another shares the cores with them (convnext_atto
+at batch 1 took 31 ms so, 11 ms alone). So each timed run follows a pause of ``--pause`` seconds and one untimed run
+of the same session, as a model serving a stream of requests alone runs; tables generated before 2026-11-27 lack
+this, and their batch-1 columns favour the larger graphs.
 
 ``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
 since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch
@@ -105,6 +108,21 @@ def export_case(name: str, folder: Path, img_size: int, threads: int, openvino: 
     return row
 
 
+def _baseline(model: str, sizes: list[str]) -> str:
+    """The ConvNeXt that ``model`` is compared with: timm's of the same size."""
+    return next(BASELINE[s] for s in sizes if model.endswith(SUFFIX[s]) or model == BASELINE[s])
+
+
+def _timed(name: str, session, x, pause: float) -> float:
+    """Seconds of one run of ``session`` on ``x`` (the model ``name``), after a pause and an untimed run."""
+    feed = {session.get_inputs()[0].name: x}
+    time.sleep(pause)  # the last session's threads stop spinning
+    session.run(None, feed)  # this session's threads awake, as in a stream of requests
+    t0 = time.perf_counter()
+    session.run(None, feed)
+    return time.perf_counter() - t0
+
+
 def run(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--sizes', nargs='+', default=['atto'], choices=sorted(BASELINE))
@@ -129,38 +147,40 @@ def run(argv: list[str] | None = None) -> list[dict]:
         rng = np.random.default_rng(0)
         inputs = {b: rng.standard_normal((b, 3, args.img_size, args.img_size), dtype=np.float32) for b in args.batches}
         times: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
+        ratios: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
         for row in rows:  # warm-up
             for b in args.batches:
                 for _ in range(2):
                     row['session'].run(None, {row['session'].get_inputs()[0].name: inputs[b]})
+        names = [row['model'] for row in rows]
+        base_of = [names.index(_baseline(name, args.sizes)) for name in names]
+        timed = [i for i in range(len(rows)) if base_of[i] != i] or list(range(len(rows)))
         for r in range(args.rounds):
             print(f'round {r + 1}/{args.rounds}', file=sys.stderr, flush=True)
-            order = list(range(len(rows)))
-            order = order[r % len(order) :] + order[: r % len(order)]
-            for i in order:
-                session = rows[i]['session']
+            order = timed[r % len(timed) :] + timed[: r % len(timed)]
+            for n, i in enumerate(order):
                 for b in args.batches:
-                    feed = {session.get_inputs()[0].name: inputs[b]}
-                    time.sleep(args.pause)  # the last session's threads stop spinning
-                    session.run(None, feed)  # this session's threads awake, as in a stream of requests
-                    t0 = time.perf_counter()
-                    session.run(None, feed)
-                    times[i, b].append(time.perf_counter() - t0)
+                    # the model and its baseline back to back, first one then the other
+                    pair = (i, base_of[i]) if (r + n) % 2 else (base_of[i], i)
+                    t = {}
+                    for j in dict.fromkeys(pair):  # one run where the model is its own baseline
+                        t[j] = _timed(rows[j]['model'], rows[j]['session'], inputs[b], args.pause)
+                        times[j, b].append(t[j])
+                    ratios[i, b].append(t[base_of[i]] / t[i])
     for i, row in enumerate(rows):
         del row['session']
         for b in args.batches:
             row[f'b{b}_ms'] = round(1e3 * statistics.median(times[i, b]), 2)
-    for row in rows:
-        size = next(s for s in args.sizes if row['model'].endswith(SUFFIX[s]) or row['model'] == BASELINE[s])
-        base = next(r for r in rows if r['model'] == BASELINE[size])
-        for b in args.batches:
-            row[f'b{b}_ratio'] = round(base[f'b{b}_ms'] / row[f'b{b}_ms'], 3)
+            paired = ratios[i, b] or [1.0]  # a baseline's own ratio
+            quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else paired * 3
+            row[f'b{b}_ratio'] = round(statistics.median(paired), 3)
+            row[f'b{b}_ratio_iqr'] = round(quartiles[2] - quartiles[0], 3)
     versions = (
         f'onnxruntime {ort.__version__}{_openvino_version(args.openvino)}, torch {torch.__version__}, '
         f'{platform.processor() or platform.machine()}, '
         f'{args.threads} intra-op threads'
     )
-    fields = ['model', 'img_size'] + [f'b{b}_{k}' for b in args.batches for k in ('ms', 'ratio')]
+    fields = ['model', 'img_size'] + [f'b{b}_{k}' for b in args.batches for k in ('ms', 'ratio', 'ratio_iqr')]
     fields += ['export_s', 'rel_error', 'nodes', 'mb'] + (['openvino_rel_error'] if args.openvino else [])
     lines = _markdown(rows, fields, versions, argv)
     print('\n'.join(lines))
@@ -180,8 +200,9 @@ def _markdown(rows: list[dict], fields: list[str], versions: str, argv: list[str
         '',
         f'Generated {datetime.date.today()} on {platform.node()}, commit {commit.stdout.strip() or "?"}, {versions}, '
         f"by `{command.strip()}`. Ratios: throughput against timm's ConvNeXt of the same size (higher is better); "
-        'medians of interleaved rounds, each timed run after a pause and an untimed run of the same session; '
-        'rel_error: logits against PyTorch.',
+        'each model timed back to back with that ConvNeXt in every round (each run after a pause and an untimed run '
+        'of the same session), the ratio the median of those paired ratios and ratio_iqr their interquartile range, '
+        'ms the median of the runs; rel_error: logits against PyTorch.',
         '',
         '| ' + ' | '.join(fields) + ' |',
         '| ' + ' | '.join('---' for _ in fields) + ' |',
