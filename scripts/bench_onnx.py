@@ -9,9 +9,9 @@ opset 18), and checked against PyTorch: the relative error ``||y_ort - y_torch||
 two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads, after
 two warm-up runs, in ``--rounds`` rounds (rotating the order of the models); in each round every model runs back to
 back with the ConvNeXt of its size, one first and then the other, alternately. Reported: the median of each model's
-runs (``b*_ms``), the median of its paired ratios of throughput to that ConvNeXt (``b*_ratio``; a pair's two runs lie
-a fraction of a second apart, so the speed of a shared machine, which drifts over seconds, cancels in each ratio) and
-their interquartile range (``b*_ratio_iqr``), the export time and the number of ONNX nodes. Tables generated before
+runs (``b*_ms``), the median of its paired ratios of throughput to that ConvNeXt (``b*_ratio``; only the second
+run's pause and untimed run lie between a pair's timed runs, so the speed of a shared machine, which drifts over
+seconds, cancels in each ratio) and their interquartile range (``b*_ratio_iqr``), the export time and the number of ONNX nodes. Tables generated before
 2026-12-02 took the ratio of the two medians, from runs up to a round apart. Each session has its own intra-op
 threads, which spin-wait after a run: a session run right after another shares the cores with them (convnext_atto
 at batch 1 took 31 ms so, 11 ms alone). So each timed run follows a pause of ``--pause`` seconds and one untimed run
