@@ -55,12 +55,34 @@ if _OWN_CACHE:
 _CACHE = os.environ['MRCONVNEXT_TEST_CACHE']
 os.environ['TORCHINDUCTOR_CACHE_DIR'] = os.path.join(_CACHE, 'inductor')
 os.environ['TRITON_CACHE_DIR'] = os.path.join(_CACHE, 'triton')
+# Inductor compiles each CPU kernel in this process rather than in a pool of compile workers: the pool's workers each
+# import torch (seconds of CPU per test process), and with both cores already busy running xdist's workers the pool
+# runs nothing in parallel.
+os.environ.setdefault('TORCHINDUCTOR_COMPILE_THREADS', '1')
 
 # xdist workers share the cores: each takes its share of torch's threads instead of all of them (oversubscribed
 # threads made a two-worker run slower than one worker).
 _WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
+
+
+def _precompiled_headers_in_own_cache() -> None:
+    """Inductor writes its precompiled C++ headers (130-160 MB each, one per set of compile flags) under
+    ``/tmp/torchinductor_<user>`` whatever ``TORCHINDUCTOR_CACHE_DIR`` says (torch 2.14's codecache reads the default
+    folder for them): a test run left up to 700 MB there. They go to this run's cache folder instead, removed with it.
+    The folder is read when a header is built, so setting it before any compile is enough; a torch without these
+    names keeps its own folder."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        return
+    if hasattr(codecache, '_HEADER_DIR') and hasattr(codecache, '_HEADER_LOCK_DIR'):
+        codecache._HEADER_DIR = os.path.join(_CACHE, 'inductor', 'precompiled_headers')
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, 'locks')
+
+
+_precompiled_headers_in_own_cache()
 
 # after the cache folders above: it imports triton
 if os.environ.get('TRITON_INTERPRET') == '1':
