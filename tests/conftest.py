@@ -70,7 +70,7 @@ if _WORKERS > 1:
 def _precompiled_headers_in_own_cache() -> None:
     """Inductor writes its precompiled C++ headers (130-160 MB each, one per set of compile flags) under
     ``/tmp/torchinductor_<user>`` whatever ``TORCHINDUCTOR_CACHE_DIR`` says (torch 2.14's codecache reads the default
-    folder for them): a test run left up to 700 MB there. They go to this run's cache folder instead, removed with it.
+    folder for them): a fresh test run left two there, about 290 MB. They go to this run's cache folder instead, removed with it.
     The folder is read when a header is built, so setting it before any compile is enough; a torch without these
     names keeps its own folder."""
     try:

@@ -58,7 +58,7 @@ def _vectorized():
 def test_mrconvnext_eval_fullgraph(deployed):
     """Inductor against eager at sizes other than the nominal 224 (the adapted kernels): the branched form at a square
     map, the deployed form at another batch and a map that is not square. Each is one static compile (``dynamic=False``:
-    a second size would be a second static compile of the same code path, about 25 s of C++ on CI's two cores); how
+    a second size would be a second static compile of the same code path, about 25 s of C++ on a two-core machine); how
     the deployed model recompiles over sizes is checked below, over ten sizes."""
     model = timm.create_model('mrconvnext_atto', num_classes=5, ls_init_value=1.0, depths=(1, 1, 1, 1)).eval()
     if deployed:
