@@ -1427,7 +1427,8 @@ def calibrate(out: Path) -> None:
     """Measure each op class's cost and the host's launch time and fit its Python scale on the H200 profiles of
     call 1 (the launch time: calls 2 and 3; this package's operators call 1 lacked: call 4); check them on
     call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family on the code of
-    the next day, another machine) and the H200 table of the day before (another machine); write the constants
+    the next day, another machine), the H200 table of the day before (another machine) and the later calls of call
+    4's day (``LATER_CALLS``, each on the code it ran); write the constants
     (``CONSTANTS``) and the report ``out``. Each row is counted on the package of the commit its call ran
     (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1 ran). Call 4's rows that ran the operators it
     supplies (LightConv's Triton kernels) are in sample for those."""
@@ -1541,7 +1542,7 @@ def calibrate(out: Path) -> None:
         'GPU host than those of the FFT, which the counts do not show. A Triton operator of this package costs the '
         "host more than an ATen op (its Python, Triton's launcher): its profiled self CPU time per call, 125-313 µs "
         "on call 4, tried in place of its launch time, moved call 5's LightConv batch-1 ratio error from +46 % to +77 % "
-        'and no batch-128 row, so it is not used (profiling inflates it).',
+        "and no batch-128 row, so it is not used (how much of it is the profiler's own cost is not measured).",
         '',
         "Each table gives beside a row's ratio error the spread of its 7 timed steps (slowest over fastest) and the "
         "ratio error from the fastest steps (the row's and convnext_tiny's): a row whose steps spread past the "
