@@ -1068,7 +1068,8 @@ def count_in_process(
 
 
 PROFILES = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26b'  # scripts/gpu_profile.py on an H200, three calls
-# each call's rows: calls 1-3 of the session of 2026-11-26, call 4 the next day's (every family's T model at d0ef7d0)
+# each call's rows: calls 1-3 of the session of 2026-11-26, calls 4-8 the next day's (call 4: every family's T model
+# at d0ef7d0)
 CALL_DIRS = {c: PROFILES / c for c in ('call1', 'call2', 'call3')}
 # calls 4-8: the five calls of 2026-11-27 (docs/gpu/h200_2026-11-27/README.md), each on a fresh machine
 CALL_DIRS |= {f'call{i + 3}': ROOT / 'docs' / 'gpu' / 'h200_2026-11-27' / f'call{i}' / 'profile' for i in range(1, 6)}
@@ -1094,14 +1095,14 @@ def profile_rows(call: str) -> list[dict]:
 
 
 CALL_CODE = {'call1': 'e065b57', 'call2': 'e065b57', 'call3': 'dfa35d0', 'call4': 'd0ef7d0'}  # (their READMEs)
-CALL_CODE |= {'call5': 'da0db2a', 'call6': '80c6db9', 'call7': '814e136', 'call8': 'c85c2f8'}
-# what each later call measured (docs/gpu/h200_2026-11-27/README.md)
+# the later calls: the commit each ran and what it measured (docs/gpu/h200_2026-11-27/README.md)
 LATER_CALLS = {
-    'call5': "LightConv's Triton operators at batch 1, 8 and 128 against its grouped conv",
-    'call6': "the matmul methods' own backward in MRConv's training step",
-    'call7': "the folded BatchNorm's statistics' gradient from one kernel gradient",
-    'call8': "the torch.fft engine's N kernels in one product and one transform",
+    'call5': ('da0db2a', "LightConv's Triton operators at batch 1, 8 and 128 against its grouped conv"),
+    'call6': ('80c6db9', "the matmul methods' own backward in MRConv's training step"),
+    'call7': ('814e136', "the folded BatchNorm's statistics' gradient from one kernel gradient"),
+    'call8': ('c85c2f8', "the torch.fft engine's N kernels in one product and one transform"),
 }
+CALL_CODE |= {call: commit for call, (commit, _) in LATER_CALLS.items()}
 
 
 def counted_method(call: str, row: dict) -> str:
@@ -1593,9 +1594,9 @@ def calibrate(out: Path) -> None:
         f'{_worst(rows4)}.',
         '',
     ]
-    for call, what in LATER_CALLS.items():
+    for call, (commit, what) in LATER_CALLS.items():
         lines += [
-            f'## Call {call[4:]} (out of sample: {CALL_CODE[call]}, {what}; '
+            f'## Call {call[4:]} (out of sample: {commit}, {what}; '
             f'`{CALL_DIRS[call].relative_to(ROOT).as_posix()}`, another machine)',
             '',
             *comparison_table(later[call]),
