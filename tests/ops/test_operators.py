@@ -52,6 +52,25 @@ def test_opcheck_fft_conv_with_x_in_another_dtype(op, x_dtype, k_dtype):
         torch.library.opcheck(fft_conv_backward, (g, x.detach(), k.detach(), 4, *need))
 
 
+@pytest.mark.parametrize('op', ['fft_conv', 'fft_conv_torch'])
+def test_opcheck_fft_conv_backward_with_a_bfloat16_copy_of_x(op):
+    """The backward of a float32 input trained under bf16 autocast gets the bf16 copy autograd kept of ``x`` and a
+    float32 output gradient: ``grad_x`` in the gradient's float32, laid out like ``x``, and equal to that of the
+    float32 ``x`` (it does not read ``x``); the kernels' gradient that of ``x`` rounded to bf16."""
+    fft_conv_backward = getattr(lc_ops, f'{op}_backward')
+    x = _x('channels_last').float()
+    k = torch.randn(2, 3, 9)
+    g = torch.randn(2, 2, 3, 10)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(fft_conv_backward, (g, x.bfloat16(), k, 4, *need))
+    gx, gk = fft_conv_backward(g, x.bfloat16(), k, 4, True, True)
+    want_x, _ = fft_conv_backward(g, x, k, 4, True, False)
+    _, want_k = fft_conv_backward(g, x.bfloat16().float(), k, 4, False, True)
+    assert gx.dtype == torch.float32 and gx.stride() == x.stride()
+    torch.testing.assert_close(gx, want_x, rtol=0, atol=0)
+    torch.testing.assert_close(gk, want_k, rtol=1e-6, atol=1e-6)
+
+
 def test_fft_conv_gradcheck_with_cropped_taps():
     """The operator's registered backward against finite differences, taps past both ends included (their gradient
     is 0: they reach no output)."""

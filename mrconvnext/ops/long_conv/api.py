@@ -119,9 +119,10 @@ _MATMUL_VJP = {'toeplitz': engine_torch.toeplitz_conv_vjp, 'rowdft': engine_torc
 class _MatmulConv(torch.autograd.Function):
     """A matmul method (``'toeplitz'`` / ``'rowdft'``) whose backward is its own vjp: autograd through the products
     would take the Toeplitz matrices' gather back by an accumulating ``index_put`` over every entry (on a GPU it
-    serializes on atomics), and save the matrices. Saved: ``x`` and the kernels; the products of the backward run
-    in the forward's dtypes (a backward runs outside autocast). ``setup_context`` and a generated vmap rule keep it
-    usable under ``torch.func`` transforms, as the plain products were."""
+    serializes on atomics), and save the matrices. Saved: ``x`` (under autocast the half-precision copy the
+    products read, which :func:`long_conv1d` makes before it calls this) and the kernels; the products of the
+    backward run in the forward's dtypes (a backward runs outside autocast). ``setup_context`` and a generated
+    vmap rule keep it usable under ``torch.func`` transforms, as the plain products were."""
 
     generate_vmap_rule = True
 
@@ -215,7 +216,8 @@ def _run(
             x, kernel = x.to(dtype), kernel.to(dtype)
         k = kernel if stacked else kernel.unsqueeze(0)
         if plan.operator in _MATMUL_VJP and torch.is_grad_enabled() and (x.requires_grad or k.requires_grad):
-            y = _MatmulConv.apply(x, k, zero_lag, plan.operator)
+            # under autocast x in its dtype first, as the products would cast it: the backward keeps that copy
+            y = _MatmulConv.apply(x if amp is None else _cast(x, amp), k, zero_lag, plan.operator)
         else:
             y = _MATMUL[plan.operator](x, k, zero_lag)
         if plan.engine == 'torch' and not torch.jit.is_tracing():  # (a TorchScript export: as the products leave it)

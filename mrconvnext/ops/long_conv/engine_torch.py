@@ -141,12 +141,13 @@ def fft_backward(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad of the circular kernels (N, C, n))`` of :func:`fft_forward` (None for one not needed), chunk by
     chunk, the ``N`` branches of a chunk at once (the identities are in :mod:`.operators`). ``k_f``, ``grad_y`` and
-    ``x`` as :func:`fft_forward` takes ``k_f`` and ``x``; ``grad_x`` in ``x``'s dtype, the kernels' gradient in the
-    spectra's."""
+    ``x`` as :func:`fft_forward` takes ``k_f`` and ``x``; ``grad_x`` laid out like ``x`` in ``grad_y``'s dtype (the
+    forward input's: ``x`` may be the backward's bfloat16 copy of it, :mod:`.operators`), the kernels' gradient in
+    the spectra's."""
     L = x.shape[-1]
     N = k_f.shape[0]
     dtype = k_f.real.dtype
-    grad_x = torch.empty_like(x) if need_x else None
+    grad_x = torch.empty_like(x, dtype=grad_y.dtype) if need_x else None
     grad_k_f = torch.zeros_like(k_f) if need_k else None
     k_conj = k_f.conj().resolve_conj()
     for bs, cs in chunks(x, n, N):

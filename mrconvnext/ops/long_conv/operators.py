@@ -13,11 +13,18 @@ dtype) as it writes it, the same values as a cast before and after, two passes f
 take float32 / float64 alone, get ``x`` cast first.
 
 Backward (``*_backward(grad_y, x, kernel, zero_lag, need_x, need_k) -> (grad_x, grad_kernel)``, an empty tensor for
-one not needed): with ``G_i = rfft(grad_y_i, n)`` and ``X = rfft(x, n)`` (real sequences, so these circular
-identities are exact), ``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))`` and ``grad_k_i = irfft(sum_b G_bi *
-conj(X_b))`` read back from the circle (taps that reach no output get 0). Chunk by chunk, ``X`` and the kernel
-spectra recomputed rather than saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two
-``(B, N, C, F)`` complex products and a zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
+one not needed; ``grad_x`` in ``grad_y``'s dtype, which is the forward input's): with ``G_i = rfft(grad_y_i, n)``
+and ``X = rfft(x, n)`` (real sequences, so these circular identities are exact),
+``grad_x = crop_L(irfft(sum_i G_i * conj(K_i)))`` and ``grad_k_i = irfft(sum_b G_bi * conj(X_b))`` read back from
+the circle (taps that reach no output get 0). Chunk by chunk, ``X`` and the kernel spectra recomputed rather than
+saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two ``(B, N, C, F)`` complex products and a
+zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
+
+Saved for the backward: ``x`` and the kernels. Under bfloat16 autocast a float32 ``x`` is saved in bfloat16, as an
+autocast convolution saves its input: half the bytes a training step keeps per convolution, while the forward
+still reads ``x`` in float32. Only the kernels' gradient reads it (``grad_x`` depends on ``grad_y`` and the kernels
+alone), and it then carries bfloat16's rounding of ``x``, as every autocast convolution's does. Under float16
+autocast ``x`` is kept as it is: float16 would overflow past 65504 where the float32 forward did not.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..checks import autocast_dtype
 from . import engine_native, engine_torch
 from .layout import crop_kernel, kernel_spectrum
 
@@ -89,7 +97,7 @@ def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
         grad_x, grad_k = _backward(
             engine, grad_y.to(kernel.dtype), x.to(kernel.dtype), kernel, zero_lag, need_x, need_k
         )
-        return grad_x.to(x.dtype), (grad_k if need_k else _empty(x))
+        return (grad_x.to(grad_y.dtype) if need_x else _empty(x)), (grad_k if need_k else _empty(x))
     L = x.shape[-1]
     cropped, z = crop_kernel(kernel, zero_lag, L)
     _, backward, norm = engine(x)
@@ -104,8 +112,15 @@ def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
     return (_empty(x) if grad_x is None else grad_x), grad_k
 
 
+def _saved_input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as the backward keeps it: in bfloat16 under bfloat16 autocast where it is float32 (module docstring)."""
+    if x.dtype == torch.float32 and autocast_dtype(x.device.type) == torch.bfloat16:
+        return x.to(torch.bfloat16)
+    return x
+
+
 def _setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])  # x and the kernels; inputs holds only the arguments given
+    ctx.save_for_backward(_saved_input(inputs[0]), inputs[1])  # inputs holds only the arguments given
     ctx.zero_lag = inputs[2]
     # the bias's gradient in its own dtype (the kernels'), summed from an output gradient that may be half precision
     ctx.bias_dtype = inputs[3].dtype if len(inputs) > 3 and inputs[3] is not None else None
@@ -129,7 +144,8 @@ def _define(name: str, engine: Callable):
 
     @bwd.register_fake
     def _(grad_y, x, kernel, zero_lag, need_x, need_k):
-        return (torch.empty_like(x) if need_x else _empty(x)), (torch.empty_like(kernel) if need_k else _empty(x))
+        grad_x = torch.empty_like(x, dtype=grad_y.dtype) if need_x else _empty(x)
+        return grad_x, (torch.empty_like(kernel) if need_k else _empty(x))
 
     def grad(ctx, grad_y):
         x, kernel = ctx.saved_tensors

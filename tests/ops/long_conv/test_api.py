@@ -104,6 +104,58 @@ def test_half_inputs_compute_in_float32(dtype):
     torch.testing.assert_close(y2.double(), shifted_sum_conv(x.double(), k.double(), 39), rtol=1e-5, atol=1e-5)
 
 
+def _saved_and_grads(x, k, zero_lag, g, dtype, engine='auto'):
+    """``long_conv1d(method='fft')`` of float32 ``x`` under CPU autocast to ``dtype``: the tensors autograd saves
+    and the gradients of ``x`` and ``k`` for the output gradient ``g``."""
+    x, k = x.clone().requires_grad_(), k.clone().requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with torch.autocast('cpu', dtype=dtype):
+            y = long_conv1d(x, k, zero_lag=zero_lag, method='fft', engine=engine)
+    assert y.dtype == torch.float32
+    return saved, torch.autograd.grad(y, (x, k), g)
+
+
+def test_under_bf16_autocast_the_fft_backward_keeps_x_in_bf16(engine):
+    """Training under bf16 autocast keeps a bf16 copy of a float32 input for the backward (half the bytes, as an
+    autocast convolution saves its input), while the forward reads it in float32. ``grad_x`` does not read it: it
+    matches float64 autograd through the tap loop to float32 rounding (1e-5 of its largest). ``grad_k`` is that of
+    the input rounded to bf16: it matches float64 autograd at ``x.bfloat16()`` to 1e-5, and misses the exact one by
+    about bf16's rounding."""
+    x = torch.randn(3, 4, 50).transpose(1, 2).contiguous().transpose(1, 2)  # channels-last, as a map's
+    k = torch.randn(4, 99) / 10
+    g = torch.randn(3, 4, 50)
+    saved, (gx, gk) = _saved_and_grads(x, k, 49, g, torch.bfloat16, engine)
+    assert [t.dtype for t in saved if t.shape == x.shape] == [torch.bfloat16]
+    assert sum(t.untyped_storage().nbytes() for t in saved) == 2 * x.numel() + 4 * k.numel()
+    assert gx.dtype == torch.float32 and gx.stride() == x.stride()
+
+    def grads(xd):
+        xd, kd = xd.double().requires_grad_(), k.double().requires_grad_()
+        return torch.autograd.grad(shifted_sum_conv(xd, kd, 49), (xd, kd), g.double())
+
+    exact_x, exact_k = grads(x)
+    _, rounded_k = grads(x.bfloat16())
+    assert (gx.double() - exact_x).abs().max() <= 1e-5 * exact_x.abs().max()
+    assert (gk.double() - rounded_k).abs().max() <= 1e-5 * rounded_k.abs().max()
+    assert (gk.double() - exact_k).abs().max() <= 1e-2 * exact_k.abs().max()
+
+
+def test_under_fp16_autocast_the_fft_backward_keeps_x_in_float32():
+    """float16 would overflow on an input the float32 forward takes (here 1e5): under fp16 autocast the backward
+    keeps ``x`` as it is, and both gradients match float64 autograd to float32 rounding."""
+    x = torch.randn(2, 3, 40) * 1e5
+    k = torch.randn(3, 79) / 10
+    g = torch.randn(2, 3, 40)
+    saved, (gx, gk) = _saved_and_grads(x, k, 39, g, torch.float16)
+    assert [t.dtype for t in saved if t.shape == x.shape] == [torch.float32]
+    xd, kd = x.double().requires_grad_(), k.double().requires_grad_()
+    want = torch.autograd.grad(shifted_sum_conv(xd, kd, 39), (xd, kd), g.double())
+    for got, ref in zip((gx, gk), want, strict=True):
+        assert torch.isfinite(got).all()
+        assert (got.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
 @pytest.mark.parametrize('op', ['fft_conv', 'fft_conv_torch'])
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize('N, with_bias', [(1, True), (3, False)])

@@ -432,18 +432,19 @@ def test_the_matmul_methods_backward_scatters_nothing_and_keeps_autocasts_dtype(
     """Training on a matmul method under bf16 autocast (on the CPU, which runs the same code as CUDA): the backward
     is the method's own vjp, so it runs no scatter (autograd through the Toeplitz gather would take it back with an
     accumulating index_put, which serializes on a GPU's atomics), its products are bf16 GEMMs like the forward's
-    (the result comes back in x's float32), autograd saves only x and the kernels, and the gradients agree with
-    float64 autograd through the reference to bf16 rounding (1e-2 of the largest)."""
+    (the result comes back in x's float32), autograd saves only the kernels and the bf16 copy of x the products
+    read (half the bytes of the float32 x), and the gradients agree with float64 autograd through the reference to
+    bf16 rounding (1e-2 of the largest)."""
     x = torch.randn(64, 3, 49, requires_grad=True)
     k = torch.randn(2, 3, 97, requires_grad=True)
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(
-        lambda t: saved.append(t.untyped_storage().nbytes()) or t, lambda t: t
-    ):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         with torch.autocast('cpu', dtype=torch.bfloat16):
             y = long_conv1d(x, k, zero_lag=48, method=method)
     assert y.dtype == torch.float32
-    assert sum(saved) <= x.untyped_storage().nbytes() + k.untyped_storage().nbytes(), saved
+    assert [t.dtype for t in saved if t.shape == x.shape] == [torch.bfloat16]
+    nbytes = [t.untyped_storage().nbytes() for t in saved]
+    assert sum(nbytes) <= 2 * x.numel() + k.untyped_storage().nbytes(), nbytes
     g = torch.randn(y.shape)
     calls = []
 
