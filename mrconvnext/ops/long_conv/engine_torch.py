@@ -226,12 +226,17 @@ def matmul_dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
 
 
 def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
-    """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as ``N * C`` products of an ``L x L``
-    Toeplitz matrix (one gather, in the product dtype) with the ``(L, B)`` columns of a channel."""
+    """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as one product per channel of its ``N``
+    ``L x L`` Toeplitz matrices stacked (one gather, in the product dtype) with its ``(L, B)`` columns. The output
+    lies channel-major, ``(C, N, L, B)`` in memory: a channel's columns are read once for its ``N`` kernels (a
+    product per kernel would copy them ``N`` times, a broadcast over the kernels), and :func:`toeplitz_conv_vjp`
+    reads an output gradient laid out so as it lies."""
+    N, C, L = static_size(kernel.shape[0]), static_size(kernel.shape[1]), static_size(x.shape[-1])
     _, product = matmul_dtypes(x)
     with autocast_off(x.device.type):
-        T = toeplitz_matrix(kernel.to(product), zero_lag, static_size(x.shape[-1]))  # (N, C, L, L)
-    return torch.matmul(T, x.permute(1, 2, 0)).permute(3, 0, 1, 2)  # (N, C, L, B) -> (B, N, C, L)
+        T = toeplitz_matrix(kernel.transpose(0, 1).to(product), zero_lag, L)  # (C, N, L, L)
+    y = torch.matmul(T.reshape(C, N * L, L), x.permute(1, 2, 0))  # (C, N L, B)
+    return y.view(C, N, L, -1).permute(3, 1, 0, 2)  # (B, N, C, L)
 
 
 def toeplitz_conv_vjp(
@@ -244,23 +249,22 @@ def toeplitz_conv_vjp(
     need_kernel: bool = True,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_x, grad_kernel)`` of :func:`toeplitz_conv` for ``grad_y (B, N, C, L)``: ``T^T`` times the gradient,
-    and the gradient's outer products with ``x`` summed into the taps; None for a gradient not needed. ``dtypes``:
-    the forward's ``(build, product)`` dtypes (default: as the forward would choose them now; a backward runs
-    outside autocast)."""
+    and the gradient's outer products with ``x`` summed into the taps; None for a gradient not needed. Both are one
+    product per channel with its ``N`` kernels stacked along the reduced dimension (the sum over the kernels
+    inside the product, ``x`` read once), on ``grad_y`` as :func:`toeplitz_conv` lays its output out (another
+    layout is copied into that one first). ``dtypes``: the forward's ``(build, product)`` dtypes (default: as the
+    forward would choose them now; a backward runs outside autocast)."""
     build, product = dtypes or matmul_dtypes(x)
-    g = grad_y.to(product).permute(1, 2, 3, 0)  # (N, C, L, B)
+    B, N, C, L = grad_y.shape
+    rows = grad_y.to(product).permute(2, 1, 3, 0).reshape(C, N * L, B)  # (C, N L, B)
     grad_x = grad_k = None
     if need_x:
         with autocast_off(x.device.type):
-            T = toeplitz_matrix(kernel.to(product), zero_lag, x.shape[-1])  # (N, C, L, L)
-        grad_x = torch.matmul(T.transpose(-1, -2), g).sum(0).permute(2, 0, 1).to(x.dtype)  # (B, C, L)
+            T = toeplitz_matrix(kernel.transpose(0, 1).to(product), zero_lag, L)  # (C, N, L, L)
+        grad_x = torch.matmul(T.reshape(C, N * L, L).transpose(1, 2), rows).permute(2, 0, 1).to(x.dtype)  # (B, C, L)
     if need_kernel:
-        # (N, C, L, L): the sum over b of g x^T, one product per channel with the N kernels' rows stacked, so that x
-        # is read once (a broadcast over N would copy it N times)
-        N, C, L = g.shape[:3]
-        rows = g.transpose(0, 1).reshape(C, N * L, -1)  # (C, N L, B)
-        grad_T = torch.bmm(rows, x.to(product).transpose(0, 1)).view(C, N, L, L).transpose(0, 1)
-        grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag).to(kernel.dtype)
+        grad_T = torch.bmm(rows, x.to(product).transpose(0, 1)).view(C, N, L, L)  # the sum over b of g x^T
+        grad_k = toeplitz_matrix_vjp(grad_T.to(build), kernel.shape[-1], zero_lag).transpose(0, 1).to(kernel.dtype)
     return grad_x, grad_k
 
 

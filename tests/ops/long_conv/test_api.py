@@ -618,7 +618,8 @@ def test_shared_filters_equal_a_loop_of_depthwise_convs(method, engine, stacked,
 
 def test_shared_filters_make_the_channels_a_gemm_dimension():
     """The Toeplitz method with M filters for G M channels builds M matrices, not G M, and multiplies each with the
-    B G columns of its channels: one batched product of (N M) L x L matrices with L x (B G) operands."""
+    B G columns of its channels: one batched product of M filters' N matrices stacked, (N L) x L, with L x (B G)
+    operands (each read once for the N kernels, not copied per kernel)."""
     from tests.dispatch import RecordOps
 
     B, G, M, N, L = 4, 3, 2, 2, 16
@@ -626,7 +627,7 @@ def test_shared_filters_make_the_channels_a_gemm_dimension():
     with RecordOps() as rec:
         long_conv1d(x, k, zero_lag=L - 1, method='toeplitz')
     products = [shapes for name, shapes in rec.calls if name.startswith(('aten.bmm', 'aten.mm', 'aten.matmul'))]
-    assert products == [[(N * M, L, L), (N * M, L, B * G)]], products
+    assert products == [[(M, N * L, L), (M, L, B * G)]], products
 
 
 def test_shared_filters_bad_count():

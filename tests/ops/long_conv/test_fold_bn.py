@@ -262,6 +262,47 @@ def test_the_backward_on_the_matmul_methods_runs_no_fft(method):
     assert [g.shape for g in grads] == [x.shape, k.shape, w.shape, b.shape, a.shape]
 
 
+class _TransposingCopies(TorchDispatchMode):
+    """The element counts of the copies (``clone``, ``copy_``, ``_to_copy``) whose source and result have their
+    unit strides along different dimensions: copies between memory layouts, which GPUs run at a fraction of a
+    copy's speed (docs/gpu/cost-model-calibration.md)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.clone.default, torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default):
+            src = args[1] if func is torch.ops.aten.copy_.default else args[0]
+
+            def unit(t):
+                return [d for d in range(t.dim()) if t.stride(d) == 1 and t.shape[d] > 1]
+
+            if src.dim() == out.dim() and unit(src) != unit(out):
+                self.sizes.append(out.numel())
+        return out
+
+
+def test_the_toeplitz_backward_reorders_no_branch_outputs():
+    """A channels-last map and output gradient, as the models pass them, on the Toeplitz product (what 'auto' trains
+    short maps on in large CUDA batches; the batch innermost in its products): the backward implementation reorders
+    single maps (``g``, ``x``, ``grad_x``) but none of the ``N``-map branch tensors (the product's own layout is
+    kept from the branch outputs to their gradients and into its backward). The row DFT transposes its spectra
+    around the block products by design (``engine_torch.rowdft_conv``)."""
+    B, C, H, N = 8, 4, 7, 3
+    L = H * H
+    x = torch.randn(B, C, H, H, dtype=DT).to(memory_format=torch.channels_last).flatten(2)
+    g = torch.randn(B, C, H, H, dtype=DT).to(memory_format=torch.channels_last).flatten(2)
+    k = torch.randn(N, C, 2 * L - 1, dtype=DT)
+    w, b, a = (torch.randn(N, C, dtype=DT) for _ in range(3))
+    y, mean, var = fold_bn.folded_bn_conv_forward(x, k, L - 1, w, b, a, 1e-5, 'toeplitz', 'auto', False)
+    rec = _TransposingCopies()
+    with rec:
+        fold_bn.folded_bn_conv_backward(g, x, k, L - 1, w, b, a, mean, var, 1e-5, 'toeplitz', 'auto', False)
+    assert max(rec.sizes, default=0) <= B * C * L, rec.sizes
+
+
 SYNC_DRIVER = """
 import json, sys
 import torch
