@@ -220,16 +220,20 @@ def _dim_order(t: torch.Tensor) -> tuple[int, ...]:
 
 def _copy_class(name: str, args, outs: list[torch.Tensor]) -> str:
     """``'transpose'`` (``'transpose16'`` for 2-byte elements) for a copy whose source and destination are laid out
-    in different orders (a padding copies its input into a fresh tensor), else ``''``."""
+    in different orders (a padding copies its input into a fresh tensor), else ``''``. A broadcast source (an
+    expanded dimension, stride 0, as a batched matmul copies an operand it broadcasts) is read along its other
+    dimensions: their order on both sides decides."""
     if name == 'aten::copy_':
         dst, src = args[0], args[1]
     elif name in ('aten::clone', 'aten::_to_copy', 'aten::contiguous', 'aten::constant_pad_nd') and outs:
         dst, src = outs[0], args[0]
     else:
         return ''
-    if not isinstance(src, torch.Tensor) or src.dim() != dst.dim() or 0 in src.stride():
+    if not isinstance(src, torch.Tensor) or src.dim() != dst.dim():
         return ''
-    src_order, dst_order = _dim_order(src), _dim_order(dst)
+    read = {d for d in range(src.dim()) if src.stride(d) != 0}
+    src_order = tuple(d for d in _dim_order(src) if d in read)
+    dst_order = tuple(d for d in _dim_order(dst) if d in read)
     if src_order == dst_order:
         return ''
     if _shared_runs(src, dst, src_order, dst_order):

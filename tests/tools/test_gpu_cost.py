@@ -264,6 +264,15 @@ def test_classes_take_their_own_efficiency_and_latency_and_a_transposing_copy_is
             torch.empty(40, 3, 64).transpose(0, 1).copy_(big)  # a strided destination
             torch.empty(3, 64, 40).transpose(1, 2).copy_(big)  # the innermost dimension changes
     assert [c.cls for c in counter.calls] == ['', '', 'transpose', 'transpose16', '', 'transpose']
+    # a broadcast source (stride 0) is read along its other dimensions: copied into the same order of those it is a
+    # copy, into another (a channels-last map's channels innermost, the copy's batch) a transpose
+    counter = gpu_cost.OpCounter()
+    with FakeTensorMode():
+        with counter:
+            torch.empty(8, 196, 96).expand(4, 8, 196, 96).contiguous()
+            torch.empty(8, 196, 96).permute(2, 1, 0).expand(4, 96, 196, 8).contiguous()
+    assert [c.cls for c in counter.calls] == ['', 'transpose']
+    assert [c.read for c in counter.calls] == [8 * 196 * 96 * 4] * 2  # the source once
     # LayerNorm's CUDA kernel makes its input contiguous first: a transposed input costs a transpose before it, a
     # contiguous one nothing
     counter = gpu_cost.OpCounter()
