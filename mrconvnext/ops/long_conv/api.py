@@ -216,8 +216,10 @@ def _run(
             x, kernel = x.to(dtype), kernel.to(dtype)
         k = kernel if stacked else kernel.unsqueeze(0)
         if plan.operator in _MATMUL_VJP and torch.is_grad_enabled() and (x.requires_grad or k.requires_grad):
-            # under autocast x in its dtype first, as the products would cast it: the backward keeps that copy
-            y = _MatmulConv.apply(x if amp is None else _cast(x, amp), k, zero_lag, plan.operator)
+            # under autocast x in its dtype first, as the products would cast it (float64 they leave): the backward
+            # keeps that copy
+            half = amp is not None and x.dtype != torch.float64
+            y = _MatmulConv.apply(_cast(x, amp) if half else x, k, zero_lag, plan.operator)
         else:
             y = _MATMUL[plan.operator](x, k, zero_lag)
         if plan.engine == 'torch' and not torch.jit.is_tracing():  # (a TorchScript export: as the products leave it)

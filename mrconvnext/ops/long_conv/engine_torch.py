@@ -225,6 +225,12 @@ def matmul_dtypes(x: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
     return (x.dtype, x.dtype) if amp is None else (torch.float32, amp)
 
 
+def _channel_major(kernel: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``kernel (N, C, K)`` as a contiguous ``(C, N, K)`` in ``dtype``: the Toeplitz matrices built from it are then
+    laid out ``(C, N, L, L)`` whether or not the taps are padded (their windows are views of the taps)."""
+    return (kernel if kernel.dtype == dtype else kernel.to(dtype)).transpose(0, 1).contiguous()
+
+
 def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch.Tensor:
     """Identity 3: ``x (B, C, L)``, ``kernel (N, C, K)`` -> ``(B, N, C, L)`` as one product per channel of its ``N``
     ``L x L`` Toeplitz matrices stacked (one gather, in the product dtype) with its ``(L, B)`` columns. The output
@@ -234,7 +240,7 @@ def toeplitz_conv(x: torch.Tensor, kernel: torch.Tensor, zero_lag: int) -> torch
     N, C, L = static_size(kernel.shape[0]), static_size(kernel.shape[1]), static_size(x.shape[-1])
     _, product = matmul_dtypes(x)
     with autocast_off(x.device.type):
-        T = toeplitz_matrix(kernel.transpose(0, 1).to(product), zero_lag, L)  # (C, N, L, L)
+        T = toeplitz_matrix(_channel_major(kernel, product), zero_lag, L)  # (C, N, L, L)
     y = torch.matmul(T.reshape(C, N * L, L), x.permute(1, 2, 0))  # (C, N L, B)
     return y.view(C, N, L, -1).permute(3, 1, 0, 2)  # (B, N, C, L)
 
@@ -260,7 +266,7 @@ def toeplitz_conv_vjp(
     grad_x = grad_k = None
     if need_x:
         with autocast_off(x.device.type):
-            T = toeplitz_matrix(kernel.transpose(0, 1).to(product), zero_lag, L)  # (C, N, L, L)
+            T = toeplitz_matrix(_channel_major(kernel, product), zero_lag, L)  # (C, N, L, L)
         grad_x = torch.matmul(T.reshape(C, N * L, L).transpose(1, 2), rows).permute(2, 0, 1).to(x.dtype)  # (B, C, L)
     if need_kernel:
         grad_T = torch.bmm(rows, x.to(product).transpose(0, 1)).view(C, N, L, L)  # the sum over b of g x^T

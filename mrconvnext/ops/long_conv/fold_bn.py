@@ -249,7 +249,7 @@ def folded_bn_conv_backward(
             gz_local = _gradient_products(g, x, kernels, zero_lag, center, offset, method, engine)
             G0 = _summed(G0_local, sync)
             P = s * _summed(gz_local, sync)  # sum g * zhat_i (over all processes: the statistics' gradient)
-            coef = (-a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1): minus the z_i coefficient of dz_i
+            coef = (-a * P * s / M).to(x.dtype).unsqueeze(-1)  # (N, C, 1): the z_i coefficient of dz_i
             gbar = (G0 / M).to(x.dtype).view(1, C, 1)
             a_x = a.to(x.dtype).unsqueeze(-1)
         grad_x = torch.empty_like(x)
@@ -258,10 +258,11 @@ def folded_bn_conv_backward(
         center_x, offset_x = _in_dtype(x, center, offset)
         for bs in _chunks(B, N * C * L):
             xs, d = _centred_branches(x[bs], kernels, zero_lag, center_x, offset_x, method, engine)
-            # laid out like d: the matmul methods leave the batch innermost, which their backward reads; built in g's
-            # channels-last layout (a_x * (g - gbar) first), dz took a transposing copy of all N maps there
-            dz = torch.addcmul(d * coef, a_x, (g[bs] - gbar).unsqueeze(1))
-            del d  # freed before the vjp's transforms
+            # in place of d, so laid out like it: the matmul methods leave the batch innermost, which their backward
+            # reads; built in g's channels-last layout (a_x * (g - gbar) first), dz took a transposing copy of all N
+            # maps there
+            dz = d.mul_(coef).addcmul_(a_x, (g[bs] - gbar).unsqueeze(1))
+            del d
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk

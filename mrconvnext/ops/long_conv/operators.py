@@ -20,8 +20,8 @@ the circle (taps that reach no output get 0). Chunk by chunk, ``X`` and the kern
 saved; autograd through ``rfft * k -> irfft -> crop`` would materialize two ``(B, N, C, F)`` complex products and a
 zero-filled ``(B, N, C, n)`` gradient only to reduce them again.
 
-Saved for the backward: ``x`` and the kernels. Under bfloat16 autocast a float32 ``x`` is saved in bfloat16, as an
-autocast convolution saves its input: half the bytes a training step keeps per convolution, while the forward
+Saved for the backward: ``x`` and the kernels. Under bfloat16 autocast a float32 ``x`` (with float32 kernels whose
+gradient is needed) is saved in bfloat16, as an autocast convolution saves its input: half the bytes a training step keeps per convolution, while the forward
 still reads ``x`` in float32. Only the kernels' gradient reads it (``grad_x`` depends on ``grad_y`` and the kernels
 alone), and it then carries bfloat16's rounding of ``x``, as every autocast convolution's does. Under float16
 autocast ``x`` is kept as it is: float16 would overflow past 65504 where the float32 forward did not.
@@ -112,15 +112,17 @@ def _backward(engine, grad_y, x, kernel, zero_lag, need_x, need_k):
     return (_empty(x) if grad_x is None else grad_x), grad_k
 
 
-def _saved_input(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as the backward keeps it: in bfloat16 under bfloat16 autocast where it is float32 (module docstring)."""
-    if x.dtype == torch.float32 and autocast_dtype(x.device.type) == torch.bfloat16:
+def _saved_input(x: torch.Tensor, kernel: torch.Tensor, need_k: bool) -> torch.Tensor:
+    """``x`` as the backward keeps it: in bfloat16 under bfloat16 autocast where it and the kernels are float32 and
+    the kernels' gradient, which alone reads it, is needed (module docstring)."""
+    if need_k and x.dtype == kernel.dtype == torch.float32 and autocast_dtype(x.device.type) == torch.bfloat16:
         return x.to(torch.bfloat16)
     return x
 
 
 def _setup(ctx, inputs, output):
-    ctx.save_for_backward(_saved_input(inputs[0]), inputs[1])  # inputs holds only the arguments given
+    x, kernel = inputs[0], inputs[1]  # inputs holds only the arguments given
+    ctx.save_for_backward(_saved_input(x, kernel, ctx.needs_input_grad[1]), kernel)
     ctx.zero_lag = inputs[2]
     # the bias's gradient in its own dtype (the kernels'), summed from an output gradient that may be half precision
     ctx.bias_dtype = inputs[3].dtype if len(inputs) > 3 and inputs[3] is not None else None

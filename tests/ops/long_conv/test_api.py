@@ -129,6 +129,12 @@ def test_under_bf16_autocast_the_fft_backward_keeps_x_in_bf16(engine):
     assert [t.dtype for t in saved if t.shape == x.shape] == [torch.bfloat16]
     assert sum(t.untyped_storage().nbytes() for t in saved) == 2 * x.numel() + 4 * k.numel()
     assert gx.dtype == torch.float32 and gx.stride() == x.stride()
+    # frozen kernels: the backward reads no value of x, so no copy is made
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            long_conv1d(x.clone().requires_grad_(), k, zero_lag=49, method='fft', engine=engine)
+    assert [t.dtype for t in kept if t.shape == x.shape] == [torch.float32]
 
     def grads(xd):
         xd, kd = xd.double().requires_grad_(), k.double().requires_grad_()

@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mrconvnext.layers import MRConv1d, MRConv2d
 from mrconvnext.ops import engines, long_conv1d
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
+from mrconvnext.ops.long_conv import engine_torch
 from mrconvnext.ops.long_conv.engine_onnx import ONNX_DFT_MAX_BATCH, ONNX_ROW_WIDTH, onnx_grid, rowdft_conv
 from mrconvnext.ops.long_conv.grid import row_grid
 from tests.reference import shifted_sum_conv
@@ -425,6 +426,29 @@ def test_the_vjp_without_autograd_equals_autograd(method, stacked, L, K, zero_la
     assert only_k[0] is None and only_x[1] is None
     torch.testing.assert_close(only_k[1], want[1], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(only_x[0], want[0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize('taps', [97, 91, 31])  # 2L - 1 taps, fewer, and few enough to pad
+def test_the_toeplitz_product_copies_no_matrix(taps):
+    """The Toeplitz product of N kernels builds each channel's N matrices stacked as they lie (a flip of their
+    windows) and copies none of them, forward and backward, however the taps are padded: the only copies are of
+    the kernels and of single maps, never N C L^2 elements. Its values against the direct convolution (float64,
+    1e-10)."""
+    from tests.dispatch import RecordOps
+
+    B, C, L, N = 4, 8, 49, 3
+    x, k = torch.randn(B, C, L, dtype=torch.float64), torch.randn(N, C, taps, dtype=torch.float64)
+    g = torch.randn(B, N, C, L, dtype=torch.float64)
+    z = taps // 2
+    with RecordOps() as rec:
+        y = engine_torch.toeplitz_conv(x, k, z)
+        grads = engine_torch.toeplitz_conv_vjp(g, x, k, z)
+    assert not rec.copies_of(N * C * L * L // 2), rec.copies_of(N * C * L * L // 2)
+    xd, kd = x.clone().requires_grad_(), k.clone().requires_grad_()
+    ref = torch.stack([reference(xd, kd[i], z) for i in range(N)], 1)
+    torch.testing.assert_close(y, ref.detach(), rtol=1e-10, atol=1e-10)
+    for got, want in zip(grads, torch.autograd.grad(ref, (xd, kd), g), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize('method', METHODS)
