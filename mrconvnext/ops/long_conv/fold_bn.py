@@ -262,7 +262,6 @@ def folded_bn_conv_backward(
             # reads; built in g's channels-last layout (a_x * (g - gbar) first), dz took a transposing copy of all N
             # maps there
             dz = d.mul_(coef).addcmul_(a_x, (g[bs] - gbar).unsqueeze(1))
-            del d
             gx, gk = long_conv1d_vjp(dz, xs, kernels, zero_lag, method=method, engine=engine)
             grad_x[bs] = gx
             grad_k += gk
