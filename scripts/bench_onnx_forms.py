@@ -9,7 +9,7 @@ in ONNX Runtime (``--threads`` intra-op threads, median of ``--repeats`` runs af
 ConvNeXt-atto's and -T's stages (channels, map); each is exported at its batch (a static batch: the ONNX engine's
 row products take the form that batch picks, ``engine_onnx.ONNX_DFT_MAX_BATCH``; ``blocks`` and ``dft`` force
 one). The maximum error against the float64 specification, relative to
-the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_TOEPLITZ_MAX_LENGTH`` and the TaLK and
+the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_DIRECT_MAX_LENGTH`` and the TaLK and
 DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS`` / ``ONNX_SEPARABLE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 
@@ -89,6 +89,8 @@ def cases(ops: list[str], batches: list[int], limit: int | None = None):
                          'rowdft/onnx dft': lambda x, k, z: engine_onnx.rowdft_conv(x, k, z, rows='dft')}  # fmt: skip
                 if L > 1000:
                     del forms['toeplitz']  # an L x L matrix per channel: gigabytes
+                if L <= 200:  # the direct method on the ONNX engine: one depthwise Conv of the folded map
+                    forms['direct/onnx folded'] = engine_onnx.folded_conv2d
                 square = row_grid(L)
                 if onnx_grid(L) != square:  # the ONNX engine's short rows against the square grid
                     forms['rowdft/onnx square'] = lambda x, k, z, g=square: engine_onnx.rowdft_conv(x, k, z, g)

@@ -32,7 +32,8 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
   identities): one ``L x L`` Toeplitz product per channel, or a row DFT of the sequence folded into about
   ``sqrt(L)`` rows, a small Toeplitz product per channel and frequency, and the inverse row DFT.
 - engine ``'onnx'`` (:mod:`.engine_onnx`): the row DFT in a channels-first layout, what ``'auto'`` runs for long
-  maps while ``torch.onnx.export`` traces; it takes the matmul and direct methods, never ``'fft'``.
+  maps while ``torch.onnx.export`` traces, and the direct method as one depthwise ``conv2d`` of the sequence folded
+  into rows (short maps); the Toeplitz product runs on the ``'torch'`` engine's form, ``'fft'`` not at all.
 - ``'auto'``: ``'direct'`` for at most :data:`~mrconvnext.ops.long_conv.dispatch.DIRECT_MAX_TAPS` taps; for fp16 / bf16
   convolutions on CUDA (half inputs or autocast) where flashfftconv is not installed, in batches of at least
   :data:`~mrconvnext.ops.long_conv.dispatch.TOEPLITZ_MIN_BATCH`, the matmul methods (the Toeplitz product up to
@@ -234,10 +235,11 @@ def _run(
     # Kernels are cast to the compute dtype here; the FFT operators compute in the kernel's dtype and the direct
     # method's conv1d runs with autocast off (autocast would cast it back to half).
     b = None if bias is None else _cast(bias, compute)
-    if plan.operator == 'direct':
+    if plan.operator in ('direct', 'direct_onnx'):
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)
+        conv = direct_conv1d if plan.operator == 'direct' else engine_onnx.folded_conv2d
         with autocast_off(x.device.type):
-            y = direct_conv1d(_cast(x, compute), _cast(kernel, compute), zero_lag, b)
+            y = conv(_cast(x, compute), _cast(kernel, compute), zero_lag, b)
         return _cast(y, out_dtype)
     stacked = kernel.dim() == 3
     k = _cast(kernel, compute)

@@ -2,9 +2,10 @@
 :func:`~mrconvnext.ops.long_conv.api.long_conv1d` runs as it is. Availability (native builds, flashfftconv, ONNX
 export) comes from :mod:`mrconvnext.ops.availability`.
 
-ONNX export: while ``torch.onnx.export`` traces, ``'auto'`` resolves to the matrix-product methods (ONNX has no fast
-FFT; the row DFT on its ``'onnx'`` engine) or ``'direct'`` for short kernels, so the exported graph holds standard
-ONNX operators only. ``torch.export`` alone keeps the package's per-device operators.
+ONNX export: while ``torch.onnx.export`` traces, ``'auto'`` resolves to the row DFT on its ``'onnx'`` engine (ONNX has
+no fast FFT), the direct method on that engine for short maps (a 2-D convolution of the folded sequence) or
+``'direct'`` for short kernels, so the exported graph holds standard ONNX operators only. ``torch.export`` alone
+keeps the package's per-device operators.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = [
     'TOEPLITZ_MAX_LENGTH',
     'TOEPLITZ_MIN_BATCH',
     'DIRECT_CUDA_MAX_MACS',
-    'ONNX_TOEPLITZ_MAX_LENGTH',
+    'ONNX_DIRECT_MAX_LENGTH',
     'FLASHFFT_DEVICES',
     'LongConvPlan',
     'long_conv_plan',
@@ -89,10 +90,13 @@ TOEPLITZ_MIN_BATCH = 64
 DIRECT_CUDA_MAX_MACS = 2_000_000_000
 
 
-# The same crossover in ONNX Runtime (CPU, the ONNX export's forms), from `python scripts/bench_onnx_forms.py --doc`
-# (docs/benchmarks.md): at L = 196 the row DFT of the 'onnx' engine (engine_onnx: a 14 x 14 grid, blocks along its
-# rows) wins at batch 1 and ties at batch 8; at L = 49 Toeplitz wins at both (one graph serves every batch).
-ONNX_TOEPLITZ_MAX_LENGTH = 100
+# The longest sequence an ONNX export convolves by the direct method on the 'onnx' engine (engine_onnx.folded_conv2d:
+# one depthwise Conv of the folded map), the row DFT beyond. From `python scripts/bench_onnx_forms.py --doc`
+# (docs/benchmarks.md): at L = 196 the row DFT of the 'onnx' engine (engine_onnx: a 14 x 14 grid) wins at batch 8
+# and loses at batch 1 to the folded Conv (ONNX Runtime 1.32, 2 threads, ConvNeXt-atto's stage 3: 0.33 / 1.56 ms
+# against 0.26 / 2.10); at L = 49 the folded Conv ran in 0.05 / 0.29 ms (the Toeplitz product it replaced: 0.10 /
+# 0.27, and 0.24 in the whole exported model at batch 1). One graph serves every batch.
+ONNX_DIRECT_MAX_LENGTH = 100
 
 
 # Device types flashfftconv runs on (a test with a CPU stand-in for the package adds 'cpu').
@@ -132,9 +136,8 @@ def fft_engine(device_type: str, dtype: torch.dtype) -> str:
 
 
 def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
-    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`,
-    or :data:`ONNX_TOEPLITZ_MAX_LENGTH` for the ONNX forms), else ``'rowdft'`` (the one place the crossover is
-    decided)."""
+    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`),
+    else ``'rowdft'`` (the one place the crossover is decided)."""
     return 'toeplitz' if length <= limit else 'rowdft'
 
 
@@ -142,7 +145,8 @@ class LongConvPlan(NamedTuple):
     """One call's resolved plan. ``method``: the algorithm; ``engine``: the implementation; ``operator``: what runs
     it, ``'fft_conv'`` (the per-device operator: the native kernels on the CPU, torch.fft elsewhere; what an
     exported ``'auto'`` graph holds), ``'fft_conv_torch'`` (torch.fft on every device), ``'flashfft'``, ``'direct'``
-    (grouped ``conv1d``), ``'toeplitz'``, ``'rowdft'`` or ``'rowdft_onnx'`` (the ONNX export's layout)."""
+    (grouped ``conv1d``), ``'direct_onnx'`` (a depthwise ``conv2d`` of the folded sequence), ``'toeplitz'``,
+    ``'rowdft'`` or ``'rowdft_onnx'`` (the ONNX export's layout)."""
 
     method: str
     engine: str
@@ -160,7 +164,7 @@ def _planned(method: str, resolved: str, asked: str, device_type: str) -> LongCo
         else:
             operator = 'fft_conv_torch' if asked == 'torch' else 'fft_conv'
     else:
-        operator = 'rowdft_onnx' if resolved == 'onnx' else method
+        operator = f'{method}_onnx' if resolved == 'onnx' else method
     return LongConvPlan(method, resolved, operator)
 
 
@@ -180,9 +184,12 @@ def long_conv_plan(
     (the input's, or autocast's where it is on) of ``length`` on ``device_type``, a kernel whose ``taps`` (with
     ``zero_lag``) reach it, ``batch`` sequences (None: not known), and (``grad``) a backward to come.
 
-    ``method='auto'`` with ``engine='auto'`` under :func:`~mrconvnext.ops.availability.onnx_exporting`, or with ``engine='onnx'``: ``'direct'`` for
-    at most ``DIRECT_MAX_TAPS`` taps (the dynamo exporter only), else the matmul methods (ONNX runtimes have no fast
-    FFT), the row DFT on the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`, a layout CPU runtimes transpose fast).
+    ``method='auto'`` with ``engine='auto'`` under :func:`~mrconvnext.ops.availability.onnx_exporting`, or with
+    ``engine='onnx'`` (the dynamo exporter; TorchScript's trace takes the Toeplitz product up to
+    ``ONNX_DIRECT_MAX_LENGTH`` and the row DFT beyond): ``'direct'`` for at most ``DIRECT_MAX_TAPS`` taps, else on
+    the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`; ONNX runtimes have no fast FFT) the direct method for
+    sequences up to ``ONNX_DIRECT_MAX_LENGTH`` (one depthwise 2-D convolution of the folded sequence) and the row DFT
+    beyond (a layout CPU runtimes transpose fast); ``method='direct'`` with ``engine='onnx'`` the folded convolution.
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA in a batch of at least ``TOEPLITZ_MIN_BATCH``, the
     matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
@@ -200,11 +207,19 @@ def long_conv_plan(
     check_choice('long_conv1d', 'method', method, LONG_CONV_METHODS)
     check_choice('long_conv1d', 'engine', engine, LONG_CONV_ENGINES)
     if (engine == 'onnx' or (engine == 'auto' and availability.onnx_exporting())) and method in ('auto', 'rowdft'):
+        if method == 'rowdft':
+            return _planned('rowdft', 'onnx', engine, device_type)
         # TorchScript's trace loses the shape of a kernel cropped to the map, which its Conv needs: matrix products
-        direct = method == 'auto' and known_true(taps <= DIRECT_MAX_TAPS) and not torch.jit.is_tracing()
-        method = 'direct' if direct else matmul_method(length, ONNX_TOEPLITZ_MAX_LENGTH) if method == 'auto' else method
-        return _planned(method, 'onnx' if method == 'rowdft' else 'torch', engine, device_type)
+        if torch.jit.is_tracing():
+            method = matmul_method(length, ONNX_DIRECT_MAX_LENGTH)
+            return _planned(method, 'onnx' if method == 'rowdft' else 'torch', engine, device_type)
+        if known_true(taps <= DIRECT_MAX_TAPS):
+            return _planned('direct', 'torch', engine, device_type)
+        return _planned('direct' if known_true(length <= ONNX_DIRECT_MAX_LENGTH) else 'rowdft', 'onnx', engine,
+                        device_type)  # fmt: skip
     if method in ('direct', *MATMUL_METHODS):
+        if engine == 'onnx' and method == 'direct':
+            return _planned('direct', 'onnx', engine, device_type)
         if engine == 'onnx' and method != 'rowdft':
             return _planned(
                 method, 'torch', engine, device_type

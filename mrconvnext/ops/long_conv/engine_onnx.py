@@ -1,4 +1,4 @@
-"""The row-DFT method for ONNX runtimes: the long convolution's ``'onnx'`` engine (standard ATen ops).
+"""The long convolution's ``'onnx'`` engine (standard ATen ops): the row-DFT and direct methods for ONNX runtimes.
 
 What ``engine='auto'`` runs for long maps while ``torch.onnx.export`` traces a model
 (:func:`mrconvnext.ops.availability.onnx_exporting`). Identity 2 of :mod:`.grid` on the transposed grid: the sequence
@@ -19,6 +19,10 @@ An export with a dynamic batch axis holds both, in an ONNX ``If`` on the batch (
 ``ONNX_ROW_WIDTH ** 2`` positions (the DFT alone on shorter ones). The output comes out in the input's layout.
 ``python scripts/bench_onnx_forms.py --ops long_conv --doc`` times the forms; :func:`.engine_torch.rowdft_conv` is
 the same identity in the CUDA layout.
+
+The direct method on this engine (:func:`folded_conv2d`, what short maps take) is identity 1 itself: the sequence
+folded into :func:`.grid.row_grid`'s rows (a flattened map into its own), convolved by one depthwise ``Conv`` with the
+``(2P - 1, 2Q - 1)`` kernel, the op ONNX runtimes run in their convolutions' own blocked layouts.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from ..symbolic import static_size
-from .grid import kernel_spectrum_2d, row_cdft, row_cidft, row_dft, row_grid, row_idft, toeplitz_blocks
+from .grid import kernel_2d, kernel_spectrum_2d, row_cdft, row_cidft, row_dft, row_grid, row_idft, toeplitz_blocks
 
-__all__ = ['ONNX_DFT_MAX_BATCH', 'ONNX_ROW_WIDTH', 'onnx_grid', 'rowdft_conv']
+__all__ = ['ONNX_DFT_MAX_BATCH', 'ONNX_ROW_WIDTH', 'folded_conv2d', 'onnx_grid', 'rowdft_conv']
 
 # Row length Q of the folded sequence past 256 positions: the blocks take 16 Q^2 bytes per channel and frequency, the
 # DFTs 4 P multiply-adds per position. ONNX Runtime 1.32 on 2 threads of a Xeon (the ONNX forms table of commit
@@ -71,6 +75,29 @@ def onnx_grid(length: int) -> tuple[int, int]:
         if length % q == 0:
             return length // q, q
     return math.ceil(length / ONNX_ROW_WIDTH), ONNX_ROW_WIDTH
+
+
+def folded_conv2d(
+    x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Identity 1 as a depthwise 2-D convolution: ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)``, ``bias (C,)``
+    or None (one kernel only) -> ``(B, C, L)`` or ``(B, N, C, L)``, in ``x``'s dtype. The sequence is folded into
+    :func:`.grid.row_grid`'s ``P`` rows of ``Q`` (zero-padded at the end) and cross-correlated, zero-padded, with the
+    flipped ``(2P - 1, 2Q - 1)`` kernel ``K2[a, d] = k[zero_lag + a Q + d]`` (:func:`.grid.kernel_2d`): output
+    channel ``c N + i`` is kernel ``i`` of channel ``c``. About ``4 L`` multiply-adds per element (the Toeplitz
+    product's ``L``), in the op every ONNX runtime optimizes."""
+    B, C, L = x.shape
+    C, L = static_size(C), static_size(L)
+    multi = kernel.dim() == 3
+    k = kernel if multi else kernel.unsqueeze(0)
+    N = k.shape[0]
+    P, Q = row_grid(L)
+    taps = kernel_2d(k, zero_lag, P, Q).flip(-2, -1)  # (N, C, 2P - 1, 2Q - 1): conv2d is a cross-correlation
+    w = taps.transpose(0, 1).reshape(C * N, 1, 2 * P - 1, 2 * Q - 1).to(x.dtype)
+    xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
+    y = F.conv2d(xp.reshape(B, C, P, Q), w, None if multi else bias, padding=(P - 1, Q - 1), groups=C)
+    y = y.reshape(B, C, N, P * Q)[..., :L]
+    return y.transpose(1, 2) if multi else y.squeeze(2)
 
 
 def _frequency_major(m: torch.Tensor, n: int, dim: int) -> torch.Tensor:

@@ -24,7 +24,12 @@ F32, BF16 = torch.float32, torch.bfloat16
         ('cuda', BF16, 3136, 3136, 'auto', 'torch', 128, True, ('fft', 'torch', 'fft_conv_torch')),
         ('cpu', F32, 3136, 3136, 'rowdft', 'auto', 8, False, ('rowdft', 'torch', 'rowdft')),
         ('cpu', F32, 3136, 3136, 'auto', 'onnx', 8, False, ('rowdft', 'onnx', 'rowdft_onnx')),
-        ('cpu', F32, 49, 97, 'auto', 'onnx', 8, False, ('toeplitz', 'torch', 'toeplitz')),
+        ('cpu', F32, 49, 97, 'auto', 'onnx', 8, False, ('direct', 'onnx', 'direct_onnx')),
+        ('cpu', F32, 100, 199, 'auto', 'onnx', 8, False, ('direct', 'onnx', 'direct_onnx')),
+        ('cpu', F32, 101, 201, 'auto', 'onnx', 8, False, ('rowdft', 'onnx', 'rowdft_onnx')),
+        ('cpu', F32, 49, 7, 'auto', 'onnx', 8, False, ('direct', 'torch', 'direct')),
+        ('cpu', F32, 3136, 3136, 'direct', 'onnx', 8, False, ('direct', 'onnx', 'direct_onnx')),
+        ('cpu', F32, 49, 97, 'toeplitz', 'onnx', 8, False, ('toeplitz', 'torch', 'toeplitz')),
         ('meta', F32, 3136, 3136, 'auto', 'auto', 8, False, ('fft', 'torch', 'fft_conv')),
     ],
 )

@@ -14,7 +14,13 @@ from mrconvnext.layers import MRConv1d, MRConv2d
 from mrconvnext.ops import engines, long_conv1d
 from mrconvnext.ops.long_conv import dispatch as long_conv_dispatch
 from mrconvnext.ops.long_conv import engine_torch
-from mrconvnext.ops.long_conv.engine_onnx import ONNX_DFT_MAX_BATCH, ONNX_ROW_WIDTH, onnx_grid, rowdft_conv
+from mrconvnext.ops.long_conv.engine_onnx import (
+    ONNX_DFT_MAX_BATCH,
+    ONNX_ROW_WIDTH,
+    folded_conv2d,
+    onnx_grid,
+    rowdft_conv,
+)
 from mrconvnext.ops.long_conv.grid import row_grid
 from tests.reference import shifted_sum_conv
 
@@ -92,6 +98,27 @@ def test_onnx_engine_row_products_by_blocks_and_by_dft_agree(L, K, zero_lag):
         torch.testing.assert_close(y32.double(), ref, rtol=0, atol=5e-6 * ref.abs().max().item())
     with pytest.raises(ValueError, match="rows must be 'auto', 'blocks' or 'dft', got 'fft'"):
         rowdft_conv(x, k, zero_lag, rows='fft')
+
+
+@pytest.mark.parametrize('L, K, zero_lag', [(49, 97, 48), (61, 121, 60), (30, 9, 2), (7, 13, 12), (1, 1, 0)])
+def test_onnx_direct_method_is_a_conv2d_of_the_folded_sequence(L, K, zero_lag):
+    """The 'onnx' engine's direct method (identity 1: one depthwise conv2d of the sequence folded into rows, zero-padded
+    where the rows do not divide it, a one-sided kernel and a single position included) against grouped F.conv1d in
+    float64, for stacked kernels and for one kernel with a bias; its gradients against autograd through that
+    reference (long_conv1d's backward for the direct method)."""
+    x = torch.randn(2, 3, L, dtype=DT, requires_grad=True)
+    k = torch.randn(2, 3, K, dtype=DT, requires_grad=True)
+    b = torch.randn(3, dtype=DT)
+    ref = torch.stack([reference(x, k[i], zero_lag) for i in range(2)], 1)
+    torch.testing.assert_close(folded_conv2d(x, k, zero_lag), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(folded_conv2d(x, k[0], zero_lag, b), ref[:, 0] + b.view(3, 1), rtol=1e-12, atol=1e-12)
+    y = long_conv1d(x, k, zero_lag=zero_lag, method='direct', engine='onnx')
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad(y, (x, k), g)
+    want = torch.autograd.grad(ref, (x, k), g)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, rtol=1e-12, atol=1e-12)
 
 
 def test_onnx_grid_folds_into_short_rows():
