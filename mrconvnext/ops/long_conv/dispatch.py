@@ -92,10 +92,10 @@ DIRECT_CUDA_MAX_MACS = 2_000_000_000
 
 # The longest sequence an ONNX export convolves by the direct method on the 'onnx' engine (engine_onnx.folded_conv2d:
 # one depthwise Conv of the folded map), the row DFT beyond. From `python scripts/bench_onnx_forms.py --doc`
-# (docs/benchmarks.md): at L = 196 the row DFT of the 'onnx' engine (engine_onnx: a 14 x 14 grid) wins at batch 8
-# and loses at batch 1 to the folded Conv (ONNX Runtime 1.32, 2 threads, ConvNeXt-atto's stage 3: 0.33 / 1.56 ms
-# against 0.26 / 2.10); at L = 49 the folded Conv ran in 0.05 / 0.29 ms (the Toeplitz product it replaced: 0.10 /
-# 0.27, and 0.24 in the whole exported model at batch 1). One graph serves every batch.
+# (docs/benchmarks.md, ONNX Runtime 1.32, 2 threads, ms at batch 1 / 8): at L = 196 the row DFT of the 'onnx' engine
+# (a 14 x 14 grid) wins at both batches (ConvNeXt-atto's stage 3: 0.24 / 1.18 against 0.28 / 2.16; T's: 0.38 / 2.80
+# against 0.65 / 5.31); at L = 49 the folded Conv wins at both, and beats the Toeplitz product it replaced (atto's
+# stage 4: 0.06 / 0.32 against 0.14 / 0.50; T's: 0.11 / 0.83 against 0.35 / 1.26). One graph serves every batch.
 ONNX_DIRECT_MAX_LENGTH = 100
 
 
