@@ -16,7 +16,8 @@ and a flattened map that crosses the layer boundary through :func:`mrconvnext.op
 :func:`~mrconvnext.ops.map_layout.unflatten_map` meets each of them with its inverse, so the runtime drops both and
 the block's own transpose to channels-last after the mixer (one transpose of the map per mixer is left, into the
 layout; a per-head layout ``(B, heads, L, R)`` kept three). The row indices are sums of broadcasts along long
-innermost spans (ONNX Runtime's slow broadcast is the one with a short innermost span, such as ``heads``).
+innermost spans (ONNX Runtime's slow broadcast is the one with a short innermost span, such as ``heads``), and the
+positions the window arithmetic starts from are constants of the offsets' full ``(L, heads)`` shape.
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
 head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
@@ -54,7 +55,9 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
     inclusive = xt.cumsum(1).reshape(-1, R)  # row (b, t, h): sum_{j <= t} x[j] = P[t + 1]
     values = xt.reshape(-1, R)  # row (b, t, h): x[t]
     off = offsets.to(acc).transpose(1, 2)  # (B, L, heads, 2)
-    pos = torch.arange(L, device=x.device, dtype=acc).view(L, 1)
+    # the positions at the offsets' full (L, heads) shape, a constant of the graph: broadcast from (L, 1), ONNX
+    # Runtime runs the window arithmetic's first ops per run of `heads` values (the module docstring)
+    pos = torch.arange(L, device=x.device, dtype=acc).view(L, 1).expand(L, heads)
     u_s, u_e = window_bounds(pos, off[..., 0] * max_left, off[..., 1] * max_right, L)  # (B, L, heads)
     # the cells of window_edges; a NaN edge reads cell 0 and its NaN reaches the output through u - k
     k_s = torch.ceil(u_s).detach() - 1
@@ -114,8 +117,9 @@ def talk2d_table(
     pex = F.pad(rex.cumsum(1), (0, 0, 0, 0, 1, 0))[:, :H]  # over the rectangle above and before it
     tables = torch.stack([t.reshape(B, N, heads, R) for t in (pex, cex, rex, xt)], 3)  # (B, N, heads, 4, R)
     off = offsets.to(acc).permute(0, 2, 3, 1, 4).reshape(B, N, heads, 4)
-    pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W).view(N, 1)  # the row of each position
-    pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H).view(N, 1)
+    # the row and column of each position at the offsets' full (N, heads) shape (as talk1d_onnx's positions)
+    pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W).view(N, 1).expand(N, heads)
+    pos_w = torch.arange(W, device=x.device, dtype=acc).repeat(H).view(N, 1).expand(N, heads)
     left, right = window_bounds(pos_w, off[..., 0] * ml, off[..., 1] * mr, W)  # (B, N, heads)
     top, bottom = window_bounds(pos_h, off[..., 2] * mt, off[..., 3] * mb, H)
     (kl, fl), (kr, fr) = _corner_cells(left, W, False), _corner_cells(right, W, True)
