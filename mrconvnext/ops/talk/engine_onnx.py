@@ -127,8 +127,11 @@ def talk2d_table(
     # corners (bottom, right) + (top, left) - (bottom, left) - (top, right), last: (B, N, heads, 4)
     kv, fv = torch.stack([kb, kb, kt, kt], -1), torch.stack([fb, fb, ft, ft], -1)
     ku, fu = torch.stack([kr, kl, kr, kl], -1), torch.stack([fr, fl, fr, fl], -1)
-    sign = torch.tensor([1.0, -1.0, -1.0, 1.0], device=x.device, dtype=acc) / ((ml + mr + 1) * (mt + mb + 1))
-    weights = torch.stack([torch.ones_like(fu), fu, fv, fu * fv], -1) * sign.unsqueeze(-1)  # (B, N, heads, 4, 4)
+    # the corners' signs over the box's maximum area at full shape: a (4, 1) constant broadcast over the weights
+    # would be a run of 4 values at a time in ONNX Runtime
+    one = torch.ones_like(fr) / ((ml + mr + 1) * (mt + mb + 1))
+    sign = torch.stack([one, -one, -one, one], -1)
+    weights = torch.stack([sign, sign * fu, sign * fv, sign * fu * fv], -1)  # (B, N, heads, 4, 4)
     # row of (b, cell, h): (b N + cell) heads + h, as sums of broadcasts along long innermost spans
     head_of = torch.arange(heads, device=x.device).repeat_interleave(4).repeat(N)  # (N heads 4,)
     batch_of = torch.arange(B, device=x.device).view(B, 1) * (N * heads)
@@ -139,14 +142,16 @@ def talk2d_table(
 
 
 def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
-    """``(..., n)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at an edge
-    ``u`` (``(...)``) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for cell ``i``. The derivative in
+    """``(..., n, P)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at the
+    edges ``u`` (``(..., P)``, one per position) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for
+    cell ``i``; the cells ahead of the positions, so that ONNX Runtime broadcasts both operands of ``u - i`` along
+    runs of ``P`` values. The derivative in
     ``u`` goes to the cell the specification's lookup reads, the one the edge grows into: for an end the cell with
     ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. Written with ``relu`` alone, whose gradient at
     0 is 0 in every torch version (``clamp``'s at its bounds changed between 2.11 and 2.14): ``relu(a) - relu(a - 1)``
     for a start (exact), ``1 - (relu(1 - a) - relu(-a))`` for an end (within half an ulp of 1 of the weight). A NaN
     ``u`` makes every weight NaN."""
-    a = u.unsqueeze(-1) - torch.arange(n, device=u.device, dtype=u.dtype)
+    a = u.unsqueeze(-2) - torch.arange(n, device=u.device, dtype=u.dtype).view(n, 1)
     if end:
         return 1 - (torch.relu(1 - a) - torch.relu(-a))
     return torch.relu(a) - torch.relu(a - 1)
@@ -155,7 +160,7 @@ def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
 def _box_weights(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The checked inputs' ``(rows, cols, heads)``: ``rows (B, heads, HW, H)`` and ``cols (B, heads, HW, W)`` the
+    """The checked inputs' ``(rows, cols, heads)``: ``rows (B, heads, H, HW)`` and ``cols (B, heads, W, HW)`` the
     weights of the cells on each axis in the box of every position (each an end's :func:`_cells` less a start's), the
     columns' divided by the box's maximum area, in :func:`.checks.acc_dtype`."""
     heads = check_inputs(x, offsets, 2)
@@ -181,8 +186,8 @@ def talk2d_dense(
     rows, cols, heads = _box_weights(x, offsets, max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape
     R, N = C // heads, H * W
-    box = (rows.unsqueeze(-1) * cols.unsqueeze(-2)).reshape(B, heads, N, N)  # (b, head, p, q)
-    y = torch.matmul(x.to(rows.dtype).reshape(B, heads, R, N), box.transpose(-1, -2))
+    box = (rows.unsqueeze(3) * cols.unsqueeze(2)).reshape(B, heads, N, N)  # (b, head, q, p): cell q in p's box
+    y = torch.matmul(x.to(rows.dtype).reshape(B, heads, R, N), box)
     return y.reshape(B, C, H, W).to(x.dtype)
 
 
@@ -196,6 +201,6 @@ def talk2d_separable(
     rows, cols, heads = _box_weights(x, offsets, max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape
     R, N = C // heads, H * W
-    z = torch.matmul(x.to(cols.dtype).reshape(B, heads, R * H, W), cols.transpose(-1, -2))  # (B, heads, (R, H), HW)
-    y = (z.view(B, heads, R, H, N) * rows.transpose(-1, -2).unsqueeze(2)).sum(3)  # (B, heads, R, HW)
+    z = torch.matmul(x.to(cols.dtype).reshape(B, heads, R * H, W), cols)  # (B, heads, (R, H), HW)
+    y = (z.view(B, heads, R, H, N) * rows.unsqueeze(2)).sum(3)  # (B, heads, R, HW)
     return y.reshape(B, C, H, W).to(x.dtype)
