@@ -10,7 +10,7 @@ ConvNeXt-atto's and -T's stages (channels, map); each is exported at its batch (
 row products take the form that batch picks, ``engine_onnx.ONNX_DFT_MAX_BATCH``; ``blocks`` and ``dft`` force
 one). The maximum error against the float64 specification, relative to
 the largest output, is checked (< 1e-4). This is what chose ``mrconvnext.ops.long_conv.dispatch.ONNX_DIRECT_MAX_LENGTH`` and the TaLK and
-DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS`` / ``ONNX_SEPARABLE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
+DynamicConv forms (and TaLK 2-D's ``ONNX_DENSE_MAX_POSITIONS``). ``--doc`` writes the table as a section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from ..checks import check_choice
 __all__ = [
     'TALK_ENGINES',
     'ONNX_DENSE_MAX_POSITIONS',
-    'ONNX_SEPARABLE_MAX_POSITIONS',
     'talk2d_onnx_method',
     'talk_engine',
     'talk_engine_constant',
@@ -20,23 +19,19 @@ __all__ = [
 TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 
 # TaLK 2-D's ONNX form by the map's positions: up to ONNX_DENSE_MAX_POSITIONS one dense box matrix per image and head
-# and a MatMul; up to ONNX_SEPARABLE_MAX_POSITIONS the column weights by a MatMul and the row weights by a product and
-# a sum; larger maps the integral image's sixteen lookups (engine_onnx's channels-last tables). The dense matrix
+# and a MatMul; larger maps the integral image's sixteen lookups (engine_onnx's channels-last tables). The dense matrix
 # against the specification's lookups (`python scripts/bench_onnx_forms.py --doc`, docs/benchmarks.md, ms, ONNX
-# Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8; 14 x 14 a tie; 28 x 28 loses (the matrix
-# grows with the map's square). At 14 x 14 the separable form won inside the models (interleaved A/B of the exported
-# talkconvnext2d_atto / _t, 2026-12-01: 0.96 / 0.97 of the time at batch 1, 0.94 at batch 8); at 7 x 7 one block
-# measured the dense matrix faster at batch 8 (2.8 against 6.7 ms at ConvNeXt-atto's stage 4).
-ONNX_DENSE_MAX_POSITIONS = 49
-ONNX_SEPARABLE_MAX_POSITIONS = 196
+# Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8; 28 x 28 loses (the matrix grows with the
+# map's square). At 14 x 14 the separable form (engine_onnx.talk2d_separable: the column weights by a MatMul, the row
+# weights by a product and a sum) won inside the models until the cells' weights were laid out cells-first
+# (2026-12-03); since then the dense matrix wins there (interleaved A/B of the exported talkconvnext2d_atto / _t,
+# dense / separable time: 0.95 / 0.99 at batch 1, 0.99 / 0.96 at batch 8).
+ONNX_DENSE_MAX_POSITIONS = 196
 
 
 def talk2d_onnx_method(positions: int) -> str:
-    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'``, ``'separable'`` or
-    ``'table'``."""
-    if positions <= ONNX_DENSE_MAX_POSITIONS:
-        return 'dense'
-    return 'separable' if positions <= ONNX_SEPARABLE_MAX_POSITIONS else 'table'
+    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'`` or ``'table'``."""
+    return 'dense' if positions <= ONNX_DENSE_MAX_POSITIONS else 'table'
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:

@@ -21,8 +21,8 @@ positions the window arithmetic starts from are constants of the offsets' full `
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
 head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
-instead of sixteen full-size lookups); up to :data:`~.dispatch.ONNX_SEPARABLE_MAX_POSITIONS` the same weights one axis
-at a time (:func:`talk2d_separable`). Larger maps (:func:`talk2d_table`): four channels-last tables (exclusive 2-D,
+instead of sixteen full-size lookups); :func:`talk2d_separable`, the same weights one axis at a time, is the
+benchmark's alternative. Larger maps (:func:`talk2d_table`): four channels-last tables (exclusive 2-D,
 column and row prefix sums, and ``x``) stacked per cell and head, so that one row ``Gather`` at each box corner's
 cell reads all four, and a batched ``MatMul`` weighs the sixteen rows of a box; it replaced the specification's
 sixteen ``GatherElements`` of broadcast indices (``talkconvnext2d_atto`` in ONNX Runtime, 2 threads: 0.82 of the time
@@ -83,7 +83,7 @@ def talk2d_onnx(
     """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense`, :func:`talk2d_separable` or
     :func:`talk2d_table` by the map's positions (:func:`.dispatch.talk2d_onnx_method`)."""
     method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
-    fn = {'dense': talk2d_dense, 'separable': talk2d_separable, 'table': talk2d_table}[method]
+    fn = {'dense': talk2d_dense, 'table': talk2d_table}[method]
     return fn(x, offsets, max_left, max_right, max_top, max_bottom)
 
 
