@@ -16,10 +16,12 @@ Steps:
    are compared with the in-memory model's.
 4. ``--onnx``: the model is exported with ``torch.onnx.export(..., dynamo=True)`` (batch axis dynamic; the
    spatial size is fixed at export because the kernels are fitted to the feature map): every mixer takes its
-   ONNX form (standard operators: matrix products for MRConv, prefix sums and gathers for TaLK), and
+   ONNX form (standard operators: matrix products and, on short maps, a depthwise Conv for MRConv, prefix sums
+   and gathers for TaLK), and
    onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
    difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
-   The TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) traces the same forms.
+   The TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) traces the same forms, but
+   for MRConv's short maps, which it exports as Toeplitz products.
 """
 
 from __future__ import annotations
@@ -59,13 +61,14 @@ def export_onnx(
     onnxscript's optimizer run without its pattern rewriter (:func:`_optimize`: the same graph, in about half the
     export time for the largest models). While it traces, every mixer's ``'auto'`` resolves to its ONNX form
     (:func:`mrconvnext.ops.availability.onnx_exporting`), so the graph holds standard ONNX operators only. MRConv
-    mixers become matrix products (Toeplitz for short maps; for long ones row DFTs and Toeplitz products along short
-    rows, as blocks or, at batches of 1 and 2, as a DFT along the rows: an ``If`` on the batch), ``MatMul``s whose
-    kernel-derived matrices depend on the weights alone, which ONNX Runtime folds at load; TaLK prefix sums and
+    mixers become one depthwise ``Conv`` of the map folded into rows on short maps, and on long ones matrix products
+    (row DFTs and Toeplitz products along short rows, as blocks or, at batches of 1 and 2, as a DFT along the rows:
+    an ``If`` on the batch), whose kernel-derived operands depend on the weights alone, which ONNX Runtime folds at
+    load; TaLK prefix sums and
     gathers (2-D on small maps: one box matrix per image and head), DynamicConv band matrices over chunks of the
     sequence, LightConv a grouped ``Conv``. The program is traced with at least two images (an example batch of 1
     would fix the batch axis). ``exporter='torchscript'`` (PyTorch's deprecated exporter, ``dynamo=False``) traces
-    the same forms.
+    the same forms, but for MRConv's short maps (Toeplitz products).
     """
     model = copy.deepcopy(model).eval()
     if exporter == 'auto':

@@ -130,7 +130,9 @@ def test_plain_onnx_export_through_onnxruntime(tmp_path):
     """``torch.onnx.export(model, x, dynamo=True)`` as any user or library calls it, with no package step, of the
     branched MRConv model: the mixers trace their ONNX forms at a size other than the nominal one (the mixers' size
     rules), batch axis dynamic. Checked at batch 1 and 3: maps past ONNX_ROW_WIDTH ** 2 positions (stage 1 at 80 px)
-    hold both forms of the row products in an ``If`` on the batch (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs."""
+    hold both forms of the row products in an ``If`` on the batch (engine_onnx.ONNX_DFT_MAX_BATCH), and each runs;
+    stage 2 (100 positions, ONNX_DIRECT_MAX_LENGTH, its kernels past DIRECT_MAX_TAPS) is one depthwise Conv of its
+    10 x 10 fold (engine_onnx.folded_conv2d), with a 19 x 19 kernel."""
     size = 80
     assert (size // 4) ** 2 > ONNX_ROW_WIDTH**2
     model = _model('mrconvnext_atto')
@@ -140,6 +142,8 @@ def test_plain_onnx_export_through_onnxruntime(tmp_path):
     graph = _onnx_check(model, path, torch.randn(3, 3, size, size), torch.randn(1, 3, size, size))
     branches = [a.g for n in graph.node if n.op_type == 'If' for a in n.attribute if a.name.endswith('_branch')]
     assert any(n.op_type == 'MatMul' for g in branches for n in g.node), 'the row products switch on the batch'
+    kernels = [list(a.ints) for n in graph.node if n.op_type == 'Conv' for a in n.attribute if a.name == 'kernel_shape']
+    assert [19, 19] in kernels, 'stage 2 runs as the folded Conv'
 
 
 @pytest.mark.parametrize('name', FAMILIES)

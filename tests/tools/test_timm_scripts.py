@@ -122,7 +122,7 @@ def test_timm_onnx_export_and_validate_calls(tmp_path, name, dynamo):
     at a size other than the nominal one (their size rules), and run at batches 1 and 3. At 96 px MRConv's stage 1
     (576 positions, past ONNX_ROW_WIDTH ** 2) holds both forms of the row products in an ``If`` on the batch
     (engine_onnx.ONNX_DFT_MAX_BATCH), each of which runs; stage 2 (144) takes the DFT form at every batch, stages 3
-    and 4 (36, 9: up to ONNX_DIRECT_MAX_LENGTH) one depthwise Conv of the folded map each."""
+    and 4 (36, 9 positions; their remapped kernels of 47 and 11 taps, at most DIRECT_MAX_TAPS) a grouped Conv."""
     pytest.importorskip('onnxruntime')
     import onnx
     import onnxruntime as ort

@@ -27,7 +27,9 @@ Methods and engines (``method=``, ``engine=``; resolved by :func:`mrconvnext.ops
   input spectrum is computed once and shared by all ``N`` kernels. Engines: ``'native'`` (the fused C++ CPU
   kernels, float32 / float64), ``'torch'`` (torch.fft in cache-sized chunks, every device), ``'flashfft'`` (the
   optional CUDA package ``flashfftconv``, fp16 / bf16).
-- ``method='direct'``: grouped ``F.conv1d`` (engine ``'torch'``); faster for short kernels.
+- ``method='direct'``: grouped ``F.conv1d`` (engine ``'torch'``); faster for short kernels. On the ``'onnx'``
+  engine, for kernels of more than ``DIRECT_MAX_TAPS`` taps, one depthwise ``conv2d`` of the sequence folded into
+  rows (:func:`.engine_onnx.folded_conv2d`).
 - ``method='toeplitz'`` / ``'rowdft'``: matrix products, no FFT (engine ``'torch'``, :mod:`.grid` has the
   identities): one ``L x L`` Toeplitz product per channel, or a row DFT of the sequence folded into about
   ``sqrt(L)`` rows, a small Toeplitz product per channel and frequency, and the inverse row DFT.
@@ -233,7 +235,7 @@ def _run(
         y = engine_flashfft.conv1d(x, kernel, zero_lag)
         return (y if bias is None else y + bias.to(y.dtype).unsqueeze(-1)).to(out_dtype)
     # Kernels are cast to the compute dtype here; the FFT operators compute in the kernel's dtype and the direct
-    # method's conv1d runs with autocast off (autocast would cast it back to half).
+    # method's convolutions run with autocast off (autocast would cast them back to half).
     b = None if bias is None else _cast(bias, compute)
     if plan.operator in ('direct', 'direct_onnx'):
         kernel, zero_lag = crop_kernel(kernel, zero_lag, L)

@@ -4,8 +4,8 @@ export) comes from :mod:`mrconvnext.ops.availability`.
 
 ONNX export: while ``torch.onnx.export`` traces, ``'auto'`` resolves to the row DFT on its ``'onnx'`` engine (ONNX has
 no fast FFT), the direct method on that engine for short maps (a 2-D convolution of the folded sequence) or
-``'direct'`` for short kernels, so the exported graph holds standard ONNX operators only. ``torch.export`` alone
-keeps the package's per-device operators.
+``'direct'`` for short kernels, so the exported graph holds standard ONNX operators only (the TorchScript exporter's
+trace: the Toeplitz product for short maps). ``torch.export`` alone keeps the package's per-device operators.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ DIRECT_CUDA_MAX_MACS = 2_000_000_000
 
 
 # The longest sequence an ONNX export convolves by the direct method on the 'onnx' engine (engine_onnx.folded_conv2d:
-# one depthwise Conv of the folded map), the row DFT beyond. From `python scripts/bench_onnx_forms.py --doc`
+# one depthwise Conv of the folded map), the row DFT beyond; TorchScript's trace, which cannot build the fold's
+# kernel, takes the Toeplitz product up to it. From `python scripts/bench_onnx_forms.py --doc`
 # (docs/benchmarks.md, ONNX Runtime 1.32, 2 threads, ms at batch 1 / 8): at L = 196 the row DFT of the 'onnx' engine
 # (a 14 x 14 grid) wins at both batches (ConvNeXt-atto's stage 3: 0.24 / 1.18 against 0.28 / 2.16; T's: 0.38 / 2.80
 # against 0.65 / 5.31); at L = 49 the folded Conv wins at both, and beats the Toeplitz product it replaced (atto's
@@ -136,8 +137,8 @@ def fft_engine(device_type: str, dtype: torch.dtype) -> str:
 
 
 def matmul_method(length: int, limit: int = TOEPLITZ_MAX_LENGTH) -> str:
-    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`),
-    else ``'rowdft'`` (the one place the crossover is decided)."""
+    """The matmul method for a sequence of ``length``: ``'toeplitz'`` up to ``limit`` (:data:`TOEPLITZ_MAX_LENGTH`;
+    the TorchScript exporter's trace: :data:`ONNX_DIRECT_MAX_LENGTH`), else ``'rowdft'``."""
     return 'toeplitz' if length <= limit else 'rowdft'
 
 
@@ -189,7 +190,8 @@ def long_conv_plan(
     ``ONNX_DIRECT_MAX_LENGTH`` and the row DFT beyond): ``'direct'`` for at most ``DIRECT_MAX_TAPS`` taps, else on
     the ``'onnx'`` engine (:mod:`.long_conv.engine_onnx`; ONNX runtimes have no fast FFT) the direct method for
     sequences up to ``ONNX_DIRECT_MAX_LENGTH`` (one depthwise 2-D convolution of the folded sequence) and the row DFT
-    beyond (a layout CPU runtimes transpose fast); ``method='direct'`` with ``engine='onnx'`` the folded convolution.
+    beyond (a layout CPU runtimes transpose fast); ``method='direct'`` with ``engine='onnx'`` the folded convolution
+    for kernels of more than ``DIRECT_MAX_TAPS`` taps, grouped ``conv1d`` for shorter ones.
     Otherwise flashfftconv where it fits (fp16 / bf16 CUDA inputs), else ``'direct'`` for at most
     ``DIRECT_MAX_TAPS`` taps; else for fp16 / bf16 on CUDA in a batch of at least ``TOEPLITZ_MIN_BATCH``, the
     matmul methods (tensor-core GEMMs): under ``torch.compile`` without a backward those of :func:`matmul_method`,
@@ -218,8 +220,8 @@ def long_conv_plan(
         return _planned('direct' if known_true(length <= ONNX_DIRECT_MAX_LENGTH) else 'rowdft', 'onnx', engine,
                         device_type)  # fmt: skip
     if method in ('direct', *MATMUL_METHODS):
-        if engine == 'onnx' and method == 'direct':
-            return _planned('direct', 'onnx', engine, device_type)
+        if engine == 'onnx' and method == 'direct':  # short kernels: grouped conv1d (the fold's kernel spans the map)
+            return _planned('direct', 'torch' if known_true(taps <= DIRECT_MAX_TAPS) else 'onnx', engine, device_type)
         if engine == 'onnx' and method != 'rowdft':
             return _planned(
                 method, 'torch', engine, device_type

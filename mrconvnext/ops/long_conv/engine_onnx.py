@@ -81,7 +81,8 @@ def folded_conv2d(
     x: torch.Tensor, kernel: torch.Tensor, zero_lag: int, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Identity 1 as a depthwise 2-D convolution: ``x (B, C, L)``, ``kernel (C, K)`` or ``(N, C, K)``, ``bias (C,)``
-    or None (one kernel only) -> ``(B, C, L)`` or ``(B, N, C, L)``, in ``x``'s dtype. The sequence is folded into
+    or None (added to every kernel's output, as :func:`.engine_torch.direct_conv1d` does) -> ``(B, C, L)`` or
+    ``(B, N, C, L)``, in ``x``'s dtype. The sequence is folded into
     :func:`.grid.row_grid`'s ``P`` rows of ``Q`` (zero-padded at the end) and cross-correlated, zero-padded, with the
     flipped ``(2P - 1, 2Q - 1)`` kernel ``K2[a, d] = k[zero_lag + a Q + d]`` (:func:`.grid.kernel_2d`): output
     channel ``c N + i`` is kernel ``i`` of channel ``c``. About ``4 L`` multiply-adds per element (the Toeplitz
@@ -97,7 +98,10 @@ def folded_conv2d(
     xp = F.pad(x, (0, P * Q - L)) if P * Q > L else x
     y = F.conv2d(xp.reshape(B, C, P, Q), w, None if multi else bias, padding=(P - 1, Q - 1), groups=C)
     y = y.reshape(B, C, N, P * Q)[..., :L]
-    return y.transpose(1, 2) if multi else y.squeeze(2)
+    if not multi:
+        return y.squeeze(2)
+    y = y.transpose(1, 2)
+    return y if bias is None else y + bias.unsqueeze(-1)
 
 
 def _frequency_major(m: torch.Tensor, n: int, dim: int) -> torch.Tensor:

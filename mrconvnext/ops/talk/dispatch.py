@@ -24,8 +24,9 @@ TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 # Runtime, 2 threads): 7 x 7 at batch 1 / 8 0.41 / 3.5 against 1.37 / 12.8; 28 x 28 loses (the matrix grows with the
 # map's square). At 14 x 14 the separable form (engine_onnx.talk2d_separable: the column weights by a MatMul, the row
 # weights by a product and a sum) won inside the models until the cells' weights were laid out cells-first
-# (2026-12-03); since then the dense matrix wins there (interleaved A/B of the exported talkconvnext2d_atto / _t,
-# dense / separable time: 0.95 / 0.99 at batch 1, 0.99 / 0.96 at batch 8).
+# (2026-12-03); since then the dense matrix wins there (interleaved A/B of the exported models, the time with the
+# dense matrix over the time with the separable form: talkconvnext2d_atto 0.95 at batch 1 and 0.99 at batch 8,
+# talkconvnext2d_t 0.99 and 0.96).
 ONNX_DENSE_MAX_POSITIONS = 196
 
 

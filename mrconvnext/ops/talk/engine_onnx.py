@@ -19,7 +19,7 @@ layout; a per-head layout ``(B, heads, L, R)`` kept three). The row indices are 
 innermost spans (ONNX Runtime's slow broadcast is the one with a short innermost span, such as ``heads``), and the
 positions the window arithmetic starts from are constants of the offsets' full ``(L, heads)`` shape.
 2-D on maps of up to :data:`~.dispatch.ONNX_DENSE_MAX_POSITIONS` positions: one ``(HW, HW)`` matrix per image and
-head, row ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
+head, column ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
 instead of sixteen full-size lookups); :func:`talk2d_separable`, the same weights one axis at a time, is the
 benchmark's alternative. Larger maps (:func:`talk2d_table`): four channels-last tables (exclusive 2-D,
@@ -80,8 +80,8 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
 def talk2d_onnx(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense`, :func:`talk2d_separable` or
-    :func:`talk2d_table` by the map's positions (:func:`.dispatch.talk2d_onnx_method`)."""
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense` or :func:`talk2d_table` by the map's
+    positions (:func:`.dispatch.talk2d_onnx_method`)."""
     method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
     fn = {'dense': talk2d_dense, 'table': talk2d_table}[method]
     return fn(x, offsets, max_left, max_right, max_top, max_bottom)
@@ -142,10 +142,10 @@ def talk2d_table(
 
 
 def _cells(u: torch.Tensor, n: int, end: bool) -> torch.Tensor:
-    """``(..., n, P)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at the
-    edges ``u`` (``(..., P)``, one per position) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for
+    """``(..., n, m)`` weights of the ``n`` cells in the interpolated prefix ``P(u) = P[k] + (u - k) x[k]`` at the
+    edges ``u`` (``(..., m)``, one per position) of :func:`.reference.window_bounds`: ``min(max(u - i, 0), 1)`` for
     cell ``i``; the cells ahead of the positions, so that ONNX Runtime broadcasts both operands of ``u - i`` along
-    runs of ``P`` values. The derivative in
+    runs of ``m`` values. The derivative in
     ``u`` goes to the cell the specification's lookup reads, the one the edge grows into: for an end the cell with
     ``0 <= u - i < 1``, for a start the one with ``0 < u - i <= 1``. Written with ``relu`` alone, whose gradient at
     0 is 0 in every torch version (``clamp``'s at its bounds changed between 2.11 and 2.14): ``relu(a) - relu(a - 1)``
@@ -180,8 +180,8 @@ def _box_weights(
 def talk2d_dense(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, as one ``(HW, HW)`` matrix per image and head: row ``p``
-    holds the weights of every cell in the box of ``p`` (its row weights times its column weights), and the ``R``
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, as one ``(HW, HW)`` matrix per image and head: column
+    ``p`` holds the weights of every cell in the box of ``p`` (its row weights times its column weights), and the ``R``
     channels of the head are multiplied by it."""
     rows, cols, heads = _box_weights(x, offsets, max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape

@@ -29,6 +29,7 @@ F32, BF16 = torch.float32, torch.bfloat16
         ('cpu', F32, 101, 201, 'auto', 'onnx', 8, False, ('rowdft', 'onnx', 'rowdft_onnx')),
         ('cpu', F32, 49, 7, 'auto', 'onnx', 8, False, ('direct', 'torch', 'direct')),
         ('cpu', F32, 3136, 3136, 'direct', 'onnx', 8, False, ('direct', 'onnx', 'direct_onnx')),
+        ('cpu', F32, 3136, 7, 'direct', 'onnx', 8, False, ('direct', 'torch', 'direct')),
         ('cpu', F32, 49, 97, 'toeplitz', 'onnx', 8, False, ('toeplitz', 'torch', 'toeplitz')),
         ('meta', F32, 3136, 3136, 'auto', 'auto', 8, False, ('fft', 'torch', 'fft_conv')),
     ],

@@ -104,14 +104,18 @@ def test_onnx_engine_row_products_by_blocks_and_by_dft_agree(L, K, zero_lag):
 def test_onnx_direct_method_is_a_conv2d_of_the_folded_sequence(L, K, zero_lag):
     """The 'onnx' engine's direct method (identity 1: one depthwise conv2d of the sequence folded into rows, zero-padded
     where the rows do not divide it, a one-sided kernel and a single position included) against grouped F.conv1d in
-    float64, for stacked kernels and for one kernel with a bias; its gradients against autograd through that
-    reference (long_conv1d's backward for the direct method)."""
+    float64, for stacked kernels and one kernel, each with and without a bias (long_conv1d with kernels of any
+    length here: the long ones take the fold); its gradients against autograd through that reference
+    (long_conv1d's backward for the direct method)."""
     x = torch.randn(2, 3, L, dtype=DT, requires_grad=True)
     k = torch.randn(2, 3, K, dtype=DT, requires_grad=True)
     b = torch.randn(3, dtype=DT)
     ref = torch.stack([reference(x, k[i], zero_lag) for i in range(2)], 1)
     torch.testing.assert_close(folded_conv2d(x, k, zero_lag), ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(folded_conv2d(x, k[0], zero_lag, b), ref[:, 0] + b.view(3, 1), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(folded_conv2d(x, k, zero_lag, b), ref + b.view(3, 1), rtol=1e-12, atol=1e-12)
+    yb = long_conv1d(x, k, b, zero_lag=zero_lag, method='direct', engine='onnx')
+    torch.testing.assert_close(yb, ref + b.view(3, 1), rtol=1e-12, atol=1e-12)
     y = long_conv1d(x, k, zero_lag=zero_lag, method='direct', engine='onnx')
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     g = torch.randn_like(ref)

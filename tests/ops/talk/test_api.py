@@ -146,6 +146,9 @@ def test_onnx_2d_algorithms_match_naive():
     dense = talk_dispatch.ONNX_DENSE_MAX_POSITIONS
     methods = [talk_dispatch.talk2d_onnx_method(n) for n in (1, dense, dense + 1)]
     assert methods == ['dense', 'dense', 'table']
+    x, off = torch.randn(1, 4, 14, 14, dtype=torch.float64), offsets_off_grid((1, 2, 14, 14, 4), list(maxes))
+    assert 14 * 14 == dense  # ConvNeXt's third stage: the dense matrix at its largest
+    torch.testing.assert_close(talk2d_dense(x, off, *maxes), naive_talk2d(x, off, *maxes), rtol=1e-12, atol=1e-12)
     limit = dense
     x, off = (
         torch.randn(1, 2, 1, limit + 1, dtype=torch.float64),
