@@ -73,7 +73,9 @@ def _predict_offsets(proj: nn.Linear, x: torch.Tensor, heads: int) -> torch.Tens
     with autocast_off(x.device.type):
         x_cl = x.transpose(1, 2)
         if x_cl.is_contiguous() and not x.is_contiguous():
-            logits = F.linear(x_cl.to(dtype), proj.weight.to(dtype), bias)  # (B, L, out)
+            # on the (B L, C) rows: ONNX exports a 2-D linear as one Gemm with its bias, a 3-D one as a MatMul and
+            # an Add that ONNX Runtime broadcasts one run of `out` values at a time (twice the time at stage 1)
+            logits = F.linear(x_cl.to(dtype).reshape(-1, x.shape[1]), proj.weight.to(dtype), bias)  # (B L, out)
             return torch.sigmoid(logits).view(B, L, heads, -1).transpose(1, 2)
         logits = torch.matmul(proj.weight.to(dtype), x.to(dtype))
         if bias is not None:

@@ -22,7 +22,7 @@ positions the window arithmetic starts from are constants of the offsets' full `
 head, column ``p`` the outer product of the box's row and column weights (``P(u) = P[k] + (u - k) x[k]`` read as weights
 on the cells: 1 below ``k``, ``u - k`` at ``k``), and one batched ``MatMul`` (``HW`` multiply-adds per element
 instead of sixteen full-size lookups); :func:`talk2d_separable`, the same weights one axis at a time, is the
-benchmark's alternative. Larger maps (:func:`talk2d_table`): four channels-last tables (exclusive 2-D,
+benchmark's alternative. Larger maps (:func:`talk2d_table`): four channels-last tables (inclusive 2-D,
 column and row prefix sums, and ``x``) stacked per cell and head, so that one row ``Gather`` at each box corner's
 cell reads all four, and a batched ``MatMul`` weighs the sixteen rows of a box; it replaced the specification's
 sixteen ``GatherElements`` of broadcast indices (``talkconvnext2d_atto`` in ONNX Runtime, 2 threads: 0.82 of the time
@@ -34,7 +34,6 @@ scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 from .dispatch import talk2d_onnx_method
@@ -99,23 +98,25 @@ def _corner_cells(u: torch.Tensor, n: int, end: bool) -> tuple[torch.Tensor, tor
 def talk2d_table(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, from four channels-last tables read at one cell per box
-    corner: the interpolated integral image at ``(kv + fv, ku + fu)`` is
-    ``Pex[kv, ku] + fu Cex[kv, ku] + fv Rex[kv, ku] + fu fv x[kv, ku]`` (``Pex`` the exclusive 2-D prefix sums,
-    ``Cex`` / ``Rex`` the exclusive column / row sums), so one ``Gather`` of rows ``(image, cell, head)`` holding the
-    four tables' ``R`` channels serves all four corners, and a batched ``MatMul`` weighs the sixteen rows of each box
-    (signs, fractions and the normalizer). Enters the channels-last layout by one transpose and leaves it by the
-    inverse of the ConvNeXt block's."""
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, from four channels-last inclusive tables read at one cell per
+    box corner: the interpolated integral image at ``(kv + fv, ku + fu)`` is
+    ``Pin + (fu - 1) Cin + (fv - 1) Rin + (fu - 1)(fv - 1) x`` at ``(kv, ku)`` (``Pin`` the inclusive 2-D prefix sums,
+    ``Cin`` / ``Rin`` the inclusive column / row sums; the exclusive ``Pex + fu Cex + fv Rex + fu fv x`` with each
+    exclusive sum written as an inclusive one less its last terms, so that no table needs the shift and padding of
+    an exclusive one), so one ``Gather`` of rows ``(image, cell, head)`` holding the four tables' ``R`` channels
+    serves all four corners, and a batched ``MatMul`` weighs the sixteen rows of each box (signs, fractions and the
+    normalizer). Enters the channels-last layout by one transpose and leaves it by the inverse of the ConvNeXt
+    block's."""
     heads = check_inputs(x, offsets, 2)
     ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
     B, C, H, W = x.shape
     R, N = C // heads, H * W
     acc = acc_dtype(x.dtype)
     xt = x.to(acc).permute(0, 2, 3, 1)  # (B, H, W, C)
-    rex = F.pad(xt.cumsum(2), (0, 0, 1, 0))[:, :, :W]  # sum over the row before the cell
-    cex = F.pad(xt.cumsum(1), (0, 0, 0, 0, 1, 0))[:, :H]  # over the column above it
-    pex = F.pad(rex.cumsum(1), (0, 0, 0, 0, 1, 0))[:, :H]  # over the rectangle above and before it
-    tables = torch.stack([t.reshape(B, N, heads, R) for t in (pex, cex, rex, xt)], 3)  # (B, N, heads, 4, R)
+    rin = xt.cumsum(2)  # sum over the row up to the cell
+    cin = xt.cumsum(1)  # over the column down to it
+    pin = rin.cumsum(1)  # over the rectangle up to it
+    tables = torch.stack([t.reshape(B, N, heads, R) for t in (pin, cin, rin, xt)], 3)  # (B, N, heads, 4, R)
     off = offsets.to(acc).permute(0, 2, 3, 1, 4).reshape(B, N, heads, 4)
     # the row and column of each position at the offsets' full (N, heads) shape (as talk1d_onnx's positions)
     pos_h = torch.arange(H, device=x.device, dtype=acc).repeat_interleave(W).view(N, 1).expand(N, heads)
@@ -125,8 +126,8 @@ def talk2d_table(
     (kl, fl), (kr, fr) = _corner_cells(left, W, False), _corner_cells(right, W, True)
     (kt, ft), (kb, fb) = _corner_cells(top, H, False), _corner_cells(bottom, H, True)
     # corners (bottom, right) + (top, left) - (bottom, left) - (top, right), last: (B, N, heads, 4)
-    kv, fv = torch.stack([kb, kb, kt, kt], -1), torch.stack([fb, fb, ft, ft], -1)
-    ku, fu = torch.stack([kr, kl, kr, kl], -1), torch.stack([fr, fl, fr, fl], -1)
+    kv, fv = torch.stack([kb, kb, kt, kt], -1), torch.stack([fb, fb, ft, ft], -1) - 1
+    ku, fu = torch.stack([kr, kl, kr, kl], -1), torch.stack([fr, fl, fr, fl], -1) - 1
     # the corners' signs over the box's maximum area at full shape: a (4, 1) constant broadcast over the weights
     # would be a run of 4 values at a time in ONNX Runtime
     one = torch.ones_like(fr) / ((ml + mr + 1) * (mt + mb + 1))
