@@ -18,6 +18,9 @@ at batch 1 took 31 ms so, 11 ms alone). So each timed run follows a pause of ``-
 of the same session, as a model serving a stream of requests alone runs; tables generated before 2026-11-27 lack
 this, and their batch-1 columns favour the larger graphs.
 
+``--deform-conv`` adds a row per TaLK 2-D model exported with ``deform_conv=True`` (``<name>+deform``: its large maps
+as ONNX ``DeformConv``, opset 20), which OpenVINO cannot load (its ``openvino_rel_error`` is left empty).
+
 ``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
 since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch
 (``openvino_rel_error``); it times nothing there.
@@ -76,7 +79,9 @@ def _openvino_version(wanted: bool) -> str:
     return f', openvino {openvino.__version__.split("-")[0]} (f32)'
 
 
-def export_case(name: str, folder: Path, img_size: int, threads: int, openvino: bool = False) -> dict:
+def export_case(
+    name: str, folder: Path, img_size: int, threads: int, openvino: bool = False, deform_conv: bool = False
+) -> dict:
     """Build, reparameterize, export and check one model; the row without timings, plus its session."""
     import onnx
     import timm
@@ -88,10 +93,11 @@ def export_case(name: str, folder: Path, img_size: int, threads: int, openvino: 
     torch.manual_seed(0)
     extra = {} if name in BASELINE.values() else {'img_size': img_size}  # the mixers' kernels fit their map
     model = reparameterize_model(timm.create_model(name, pretrained=False, **extra).eval())
-    path = folder / f'{name}.onnx'
+    label = f'{name}+deform' if deform_conv else name
+    path = folder / f'{label}.onnx'
     x = torch.randn(2, 3, img_size, img_size)
     t0 = time.perf_counter()
-    export_onnx(model, path, x)
+    export_onnx(model, path, x, deform_conv=deform_conv)
     export_s = time.perf_counter() - t0
     session = _session(path, threads)
     check = torch.randn(2, 3, img_size, img_size)
@@ -100,16 +106,17 @@ def export_case(name: str, folder: Path, img_size: int, threads: int, openvino: 
         ref = model(check).double()
     graph = onnx.load(str(path)).graph
     row = dict(
-        model=name, img_size=img_size, export_s=round(export_s, 1), rel_error=float((y - ref).norm() / ref.norm()),
+        model=label, img_size=img_size, export_s=round(export_s, 1), rel_error=float((y - ref).norm() / ref.norm()),
         nodes=len(graph.node), mb=round(path.stat().st_size / 2**20, 1), session=session,
     )  # fmt: skip
     if openvino:
-        row['openvino_rel_error'] = _openvino_rel_error(path, model, check)
+        row['openvino_rel_error'] = None if deform_conv else _openvino_rel_error(path, model, check)
     return row
 
 
 def _baseline(model: str, sizes: list[str]) -> str:
-    """The ConvNeXt that ``model`` is compared with: timm's of the same size."""
+    """The ConvNeXt that ``model`` (a row's label) is compared with: timm's of the same size."""
+    model = model.removesuffix('+deform')
     return next(BASELINE[s] for s in sizes if model.endswith(SUFFIX[s]) or model == BASELINE[s])
 
 
@@ -133,6 +140,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--rounds', type=int, default=5, help='timed interleaved rounds')
     p.add_argument('--out', default='', help='folder for onnx_cpu.{csv,md} (default: print only)')
     p.add_argument('--openvino', action='store_true', help='also check each file in OpenVINO (see above)')
+    p.add_argument('--deform-conv', action='store_true', help='also TaLK 2-D exported with DeformConv (see above)')
     p.add_argument('--pause', type=float, default=0.05, help='seconds between two sessions (see above)')
     args = p.parse_args(argv)
     import numpy as np
@@ -144,6 +152,8 @@ def run(argv: list[str] | None = None) -> list[dict]:
             for name in [BASELINE[size]] + [f'{f}_{SUFFIX[size]}' for f in args.families]:
                 print(f'exporting {name} ...', file=sys.stderr, flush=True)
                 rows.append(export_case(name, Path(tmp), args.img_size, args.threads, args.openvino))
+                if args.deform_conv and name.startswith('talkconvnext2d_'):
+                    rows.append(export_case(name, Path(tmp), args.img_size, args.threads, args.openvino, True))
         rng = np.random.default_rng(0)
         inputs = {b: rng.standard_normal((b, 3, args.img_size, args.img_size), dtype=np.float32) for b in args.batches}
         times: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
@@ -208,7 +218,9 @@ def _markdown(rows: list[dict], fields: list[str], versions: str, argv: list[str
         '| ' + ' | '.join('---' for _ in fields) + ' |',
     ]
     for row in rows:
-        cells = [f'{row[f]:.1e}' if f.endswith('rel_error') else str(row[f]) for f in fields]
+        cells = [
+            ('' if row[f] is None else f'{row[f]:.1e}') if f.endswith('rel_error') else str(row[f]) for f in fields
+        ]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return lines
 

@@ -21,7 +21,9 @@ Steps:
    onnxruntime's output is compared with PyTorch's: the run fails if the largest absolute logit
    difference exceeds ``--onnx-atol`` (default 1e-4; float32 agreement is typically ~1e-6).
    The TorchScript exporter (``--onnx-exporter torchscript``, deprecated by PyTorch) traces the same forms, but
-   for MRConv's short maps, which it exports as Toeplitz products.
+   for MRConv's short maps, which it exports as Toeplitz products. ``--onnx-deform-conv`` (for ONNX Runtime; opset
+   20 unless ``--onnx-opset`` says 19 or later): TaLK 2-D's large maps as ONNX ``DeformConv``, which OpenVINO cannot
+   load.
 """
 
 from __future__ import annotations
@@ -53,9 +55,15 @@ def _input_size(model: torch.nn.Module, img_size: int | None) -> tuple[int, int,
 
 
 def export_onnx(
-    model: torch.nn.Module, path: str | Path, example: torch.Tensor, opset: int = 18, exporter: str = 'auto'
+    model: torch.nn.Module,
+    path: str | Path,
+    example: torch.Tensor,
+    opset: int | None = None,
+    exporter: str = 'auto',
+    deform_conv: bool = False,
 ) -> str:
-    """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used.
+    """Write ``model`` (eval) to ONNX with a dynamic batch axis; returns the exporter used. ``opset``: default 18
+    (20 with ``deform_conv``).
 
     The call any user makes, ``torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=...)``, with
     onnxscript's optimizer run without its pattern rewriter (:func:`_optimize`: the same graph, in about half the
@@ -69,7 +77,17 @@ def export_onnx(
     sequence, LightConv a grouped ``Conv``. The program is traced with at least two images (an example batch of 1
     would fix the batch axis). ``exporter='torchscript'`` (PyTorch's deprecated exporter, ``dynamo=False``) traces
     the same forms, but for MRConv's short maps (Toeplitz products).
+
+    ``deform_conv=True`` (dynamo exporter, opset 19 or later): TaLK 2-D's maps past 196 positions export as one ONNX
+    ``DeformConv`` each (:func:`mrconvnext.ops.talk.dispatch.onnx_deform_conv`), which ONNX Runtime runs faster than
+    the tables but OpenVINO 2026.4 cannot load.
     """
+    if not isinstance(deform_conv, bool):
+        raise TypeError(f'export_onnx: deform_conv must be a bool, got {type(deform_conv).__name__}')
+    if opset is None:
+        opset = 20 if deform_conv else 18
+    if deform_conv and opset < 19:
+        raise ValueError(f'export_onnx: deform_conv needs opset 19 or later (ONNX DeformConv), got opset {opset}')
     model = copy.deepcopy(model).eval()
     if exporter == 'auto':
         try:
@@ -78,10 +96,14 @@ def export_onnx(
             exporter = 'dynamo'
         except ImportError:
             exporter = 'torchscript'
+    if deform_conv and exporter != 'dynamo':
+        raise ValueError(f'export_onnx: deform_conv needs the dynamo exporter (onnxscript), got exporter {exporter!r}')
     kwargs: dict[str, Any] = dict(input_names=['input'], output_names=['logits'], opset_version=opset)
     import warnings
 
-    with warnings.catch_warnings(), torch.no_grad():
+    from ..ops.talk.dispatch import onnx_deform_conv
+
+    with warnings.catch_warnings(), torch.no_grad(), onnx_deform_conv(deform_conv):
         warnings.simplefilter('ignore')  # exporter chatter about the (constant) input-size checks
         if exporter == 'dynamo':
             if example.shape[0] < 2:  # traced at batch 1, torch.export specializes the axis ('Constraints violated')
@@ -174,7 +196,9 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
         onnx_path = Path(args.onnx)
         if not onnx_path.is_absolute() and onnx_path.parent == Path('.'):
             onnx_path = out / onnx_path
-        result['onnx_exporter'] = export_onnx(model, onnx_path, x, args.onnx_opset, args.onnx_exporter)
+        result['onnx_exporter'] = export_onnx(
+            model, onnx_path, x, args.onnx_opset, args.onnx_exporter, deform_conv=args.onnx_deform_conv
+        )
         result['onnx'] = str(onnx_path)
         try:
             import onnxruntime  # noqa: F401

@@ -139,3 +139,38 @@ def test_torchscript_onnx_exporter_row_dft(tmp_path):
         ref = model(x)
     y = torch.from_numpy(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0])
     assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)
+
+
+def test_deform_conv_export_runs_in_onnxruntime(tmp_path):
+    """``mrconvnext-export --onnx --onnx-deform-conv``: TaLK 2-D's maps past 196 positions (64 px: stage 1 at 16 x 16)
+    export as one ONNX DeformConv each, the rest as without it; ONNX Runtime matches PyTorch at another batch size.
+    Without the option the file holds no DeformConv; the option asks for opset 19 or later and the dynamo exporter."""
+    pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    import onnx
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    model = timm.create_model('talkconvnext2d_atto', num_classes=10, img_size=64, depths=(1, 1, 1, 1)).eval()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, ckpt := tmp_path / 'm.safetensors')
+    argv = ['--model', 'talkconvnext2d_atto', '--checkpoint', str(ckpt), '--num-classes', '10']
+    argv += ['--model-kwargs', 'img_size=64', 'depths=(1,1,1,1)', '--onnx']
+    result = export.run(argv + ['--output', str(tmp_path / 'deform'), '--onnx-deform-conv'])
+    assert result['onnx_max_abs_diff'] <= 1e-4
+    graph = onnx.load(result['onnx'])
+    assert [n.op_type for n in graph.graph.node].count('DeformConv') == 1  # stage 1 only (stage 2: 64 positions)
+    assert {(o.domain, o.version) for o in graph.opset_import if o.domain in ('', 'ai.onnx')} == {('', 20)}
+    sess = ort.InferenceSession(result['onnx'], providers=['CPUExecutionProvider'])
+    x = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)
+    y = torch.from_numpy(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0])
+    assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)
+    plain = export.run(argv + ['--output', str(tmp_path / 'plain')])
+    assert 'DeformConv' not in {n.op_type for n in onnx.load(plain['onnx']).graph.node}
+    with pytest.raises(ValueError, match='deform_conv needs opset 19 or later'):
+        export.export_onnx(model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), opset=18, deform_conv=True)
+    with pytest.raises(ValueError, match='deform_conv needs the dynamo exporter'):
+        export.export_onnx(
+            model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), exporter='torchscript', deform_conv=True
+        )

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
 
 from .. import availability
@@ -11,6 +15,7 @@ from ..checks import check_choice
 __all__ = [
     'TALK_ENGINES',
     'ONNX_DENSE_MAX_POSITIONS',
+    'onnx_deform_conv',
     'talk2d_onnx_method',
     'talk_engine',
     'talk_engine_constant',
@@ -30,9 +35,33 @@ TALK_ENGINES = ('auto', 'native', 'triton', 'torch', 'reference', 'onnx')
 ONNX_DENSE_MAX_POSITIONS = 196
 
 
+# Whether exports take the 'deform' form past ONNX_DENSE_MAX_POSITIONS (onnx_deform_conv); off by default, so that
+# every runtime loads the file: OpenVINO 2026.4's ONNX frontend has no DeformConv
+_ONNX_DEFORM = contextvars.ContextVar('mrconvnext_talk2d_onnx_deform', default=False)
+
+
+@contextlib.contextmanager
+def onnx_deform_conv(enabled: bool = True) -> Iterator[None]:
+    """While active, TaLK 2-D's ONNX form on maps past :data:`ONNX_DENSE_MAX_POSITIONS` positions is one ONNX
+    ``DeformConv`` (``'deform'``: the integral image sampled bilinearly at the four corners of every box; opset 19 or
+    later) instead of the tables' gather and products. ONNX Runtime runs it; runtimes without ``DeformConv``
+    (OpenVINO 2026.4) cannot load the file. :func:`mrconvnext.tools.export.export_onnx` (``deform_conv=True``) and
+    ``mrconvnext-export --onnx --onnx-deform-conv`` set it around the export."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f'onnx_deform_conv: enabled must be a bool, got {type(enabled).__name__}')
+    token = _ONNX_DEFORM.set(enabled)
+    try:
+        yield
+    finally:
+        _ONNX_DEFORM.reset(token)
+
+
 def talk2d_onnx_method(positions: int) -> str:
-    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'`` or ``'table'``."""
-    return 'dense' if positions <= ONNX_DENSE_MAX_POSITIONS else 'table'
+    """The algorithm of TaLK 2-D's ONNX form for a map of ``positions`` (``H * W``): ``'dense'`` up to
+    :data:`ONNX_DENSE_MAX_POSITIONS`, beyond ``'table'``, or ``'deform'`` inside :func:`onnx_deform_conv`."""
+    if positions <= ONNX_DENSE_MAX_POSITIONS:
+        return 'dense'
+    return 'deform' if _ONNX_DEFORM.get() else 'table'
 
 
 def talk_engine(device: torch.device | str, engine: str = 'auto') -> str:

@@ -34,12 +34,13 @@ scripts/bench_onnx_forms.py --ops talk --doc`` times the forms kept.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .checks import acc_dtype, check_inputs, check_maxima
 from .dispatch import talk2d_onnx_method
 from .reference import window_bounds
 
-__all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_dense', 'talk2d_separable', 'talk2d_table']
+__all__ = ['talk1d_onnx', 'talk2d_onnx', 'talk2d_deform', 'talk2d_dense', 'talk2d_separable', 'talk2d_table']
 
 
 def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int) -> torch.Tensor:
@@ -79,11 +80,51 @@ def talk1d_onnx(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right
 def talk2d_onnx(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> torch.Tensor:
-    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense` or :func:`talk2d_table` by the map's
-    positions (:func:`.dispatch.talk2d_onnx_method`)."""
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``: :func:`talk2d_dense`, :func:`talk2d_table` or (opted in)
+    :func:`talk2d_deform` by the map's positions (:func:`.dispatch.talk2d_onnx_method`)."""
     method = talk2d_onnx_method(x.shape[-2] * x.shape[-1])
-    fn = {'dense': talk2d_dense, 'table': talk2d_table}[method]
+    fn = {'dense': talk2d_dense, 'table': talk2d_table, 'deform': talk2d_deform}[method]
     return fn(x, offsets, max_left, max_right, max_top, max_bottom)
+
+
+def talk2d_deform(
+    x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
+) -> torch.Tensor:
+    """TaLK 2-D box op, ``(B, C, H, W) -> (B, C, H, W)``, as one deformable convolution (torchvision's
+    ``deform_conv2d``, which exports as ONNX ``DeformConv``): the taps of a ``2 x 2`` kernel of ones, per channel, at
+    ``(i + a, j + b)`` of the exclusive ``(H + 1, W + 1)`` integral image, moved to the box's corners (top or
+    bottom, left or right) of position ``(i, j)``, where the bilinear sample of the integral image is the
+    interpolated prefix ``Pex + fu Cex + fv Rex + fu fv x`` of :func:`.reference.talk2d_reference`; the mask holds the
+    corners' signs over the box's maximum area, one offset group per head. A NaN edge samples the position's own cell
+    and makes the head's mask NaN, so the output there is NaN.
+
+    Differentiable (torchvision's backward), but at an integer start edge (top, left) the bilinear sample's
+    derivative is the cell to its right, where the specification takes the one the window grows into (to its left):
+    the edges' one-sided derivatives differ there, and only there. Channels-first, as the ConvNeXt block's stream."""
+    from torchvision.ops import deform_conv2d
+
+    heads = check_inputs(x, offsets, 2)
+    ml, mr, mt, mb = check_maxima(max_left, max_right, max_top, max_bottom)
+    B, C, H, W = x.shape
+    acc = acc_dtype(x.dtype)
+    integral = F.pad(x.to(acc).cumsum(2).cumsum(3), (1, 0, 1, 0))  # (B, C, H + 1, W + 1): sum over [0, v) x [0, u)
+    off = offsets.to(acc).permute(0, 1, 4, 2, 3)  # (B, heads, 4, H, W): positions innermost, runs of H W values
+    i = torch.arange(H, device=x.device, dtype=acc).view(H, 1).expand(H, W)
+    j = torch.arange(W, device=x.device, dtype=acc).view(1, W).expand(H, W)
+    left, right = window_bounds(j, off[:, :, 0] * ml, off[:, :, 1] * mr, W)  # (B, heads, H, W)
+    top, bottom = window_bounds(i, off[:, :, 2] * mt, off[:, :, 3] * mb, H)
+    nan = torch.isnan(left + right + top + bottom)
+    left, right, top, bottom = (torch.where(nan, 0.0, e) for e in (left, right, top, bottom))
+    # taps (a, b) in deform_conv2d's order (0, 0), (0, 1), (1, 0), (1, 1), sampled at (i + a + dy, j + b + dx)
+    dy = torch.stack([top - i, top - i, bottom - (i + 1), bottom - (i + 1)], 2)  # (B, heads, 4, H, W)
+    dx = torch.stack([left - j, right - (j + 1), left - j, right - (j + 1)], 2)
+    shifts = torch.stack([dy, dx], 3).reshape(B, heads * 8, H, W)  # channel (head, tap, [dy, dx])
+    # corners (top, left) - (top, right) - (bottom, left) + (bottom, right), over the box's maximum area
+    signs = torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=acc, device=x.device).view(4, 1, 1)
+    signs = signs.expand(4, H, W) / ((ml + mr + 1) * (mt + mb + 1))
+    mask = torch.where(nan.unsqueeze(2), float('nan'), signs).reshape(B, heads * 4, H, W)
+    ones = torch.ones(C, 1, 2, 2, dtype=acc, device=x.device)
+    return deform_conv2d(integral, shifts, ones, mask=mask).to(x.dtype)
 
 
 def _corner_cells(u: torch.Tensor, n: int, end: bool) -> tuple[torch.Tensor, torch.Tensor]:

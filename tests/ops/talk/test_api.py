@@ -157,6 +157,46 @@ def test_onnx_2d_algorithms_match_naive():
     torch.testing.assert_close(talk2d(x, off, *maxes, engine='onnx'), naive_talk2d(x, off, *maxes))
 
 
+@pytest.mark.parametrize('size,maxes', [((7, 9), (4, 2, 3, 5)), ((15, 14), (7, 6, 7, 8)), ((5, 6), (20, 1, 9, 30))])
+def test_onnx_2d_deform_form_matches_naive(size, maxes):
+    """The opt-in DeformConv form (``onnx_deform_conv``): the integral image sampled at the box corners by torchvision's
+    ``deform_conv2d`` against the loop in float64 (three heads, windows past the map's edges, a map past
+    ONNX_DENSE_MAX_POSITIONS); gradients against the specification's autograd off the grid (on it the start edges'
+    one-sided derivatives differ, as its docstring says); a NaN offset gives NaN in its own box only; the form is taken
+    inside the context manager only, past the dense form's maps."""
+    from mrconvnext.ops.talk.engine_onnx import talk2d_deform
+
+    B, C, H = 2, 6, 3
+    x = torch.randn(B, C, *size, dtype=torch.float64, requires_grad=True)
+    off = offsets_off_grid((B, H, *size, 4), list(maxes)).requires_grad_()
+    y = talk2d_deform(x, off, *maxes)
+    torch.testing.assert_close(y, naive_talk2d(x.detach(), off.detach(), *maxes), rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, (x, off), g)
+    ref = torch.autograd.grad(talk2d_reference(x, off, *maxes), (x, off), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    off = off.detach().clone()
+    off[1, 2, 3, 4, 0] = float('nan')
+    y = talk2d_deform(x.detach(), off, *maxes)
+    assert torch.isnan(y).nonzero().tolist() == [[1, c, 3, 4] for c in (4, 5)]
+    torch.testing.assert_close(y.nan_to_num(), talk2d_reference(x.detach(), off, *maxes).nan_to_num())
+    dense = talk_dispatch.ONNX_DENSE_MAX_POSITIONS
+    with talk_dispatch.onnx_deform_conv():
+        assert [talk_dispatch.talk2d_onnx_method(n) for n in (dense, dense + 1)] == ['dense', 'deform']
+        with talk_dispatch.onnx_deform_conv(False):
+            assert talk_dispatch.talk2d_onnx_method(dense + 1) == 'table'
+        x32 = torch.randn(1, 4, 15, 14)
+        off32 = torch.rand(1, 2, 15, 14, 4)
+        torch.testing.assert_close(
+            talk2d(x32, off32, *maxes, engine='onnx'), talk2d_reference(x32, off32, *maxes), rtol=1e-5, atol=2e-6
+        )
+    assert talk_dispatch.talk2d_onnx_method(dense + 1) == 'table'
+    with pytest.raises(TypeError, match='enabled must be a bool'):
+        with talk_dispatch.onnx_deform_conv('yes'):
+            pass
+
+
 def test_zero_max_offsets_is_identity():
     x = torch.randn(2, 6, 11, dtype=torch.float64)
     off = torch.rand(2, 3, 11, 2, dtype=torch.float64)
