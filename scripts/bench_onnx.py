@@ -5,7 +5,7 @@
 
 Each model is built for ``--img-size`` (224: the nominal size), reparameterized (timm's ``reparameterize_model``: one long kernel per
 MRConv mixer), exported as ``mrconvnext-export --onnx`` exports it (``mrconvnext.tools.export.export_onnx``,
-opset 18), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
+opset 18 unless ``--opset``), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
 two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads, after
 two warm-up runs, in ``--rounds`` rounds (rotating the order of the models); in each round every model runs back to
 back with the ConvNeXt of its size, one first and then the other, alternately. Reported: the median of each model's
@@ -19,7 +19,9 @@ of the same session, as a model serving a stream of requests alone runs; tables 
 this, and their batch-1 columns favour the larger graphs.
 
 ``--deform-conv`` adds a row per TaLK 2-D model exported with ``deform_conv=True`` (``<name>+deform``: its large maps
-as ONNX ``DeformConv``, opset 20), which OpenVINO cannot load (its ``openvino_rel_error`` is left empty).
+as ONNX ``DeformConv``), which OpenVINO cannot load (its ``openvino_rel_error`` is left empty). ``--opset`` sets every
+export's opset (default: ``export_onnx``'s, 18, and 20 for the ``+deform`` rows). Compare the ``+deform`` rows at
+``--opset 20``: from opset 20 on, GELU exports as one ``Gelu`` node (at 18 as five), which ONNX Runtime runs faster.
 
 ``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
 since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch
@@ -80,7 +82,13 @@ def _openvino_version(wanted: bool) -> str:
 
 
 def export_case(
-    name: str, folder: Path, img_size: int, threads: int, openvino: bool = False, deform_conv: bool = False
+    name: str,
+    folder: Path,
+    img_size: int,
+    threads: int,
+    openvino: bool = False,
+    deform_conv: bool = False,
+    opset: int | None = None,
 ) -> dict:
     """Build, reparameterize, export and check one model; the row without timings, plus its session."""
     import onnx
@@ -97,7 +105,7 @@ def export_case(
     path = folder / f'{label}.onnx'
     x = torch.randn(2, 3, img_size, img_size)
     t0 = time.perf_counter()
-    export_onnx(model, path, x, deform_conv=deform_conv)
+    export_onnx(model, path, x, opset, deform_conv=deform_conv)
     export_s = time.perf_counter() - t0
     session = _session(path, threads)
     check = torch.randn(2, 3, img_size, img_size)
@@ -141,6 +149,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     p.add_argument('--out', default='', help='folder for onnx_cpu.{csv,md} (default: print only)')
     p.add_argument('--openvino', action='store_true', help='also check each file in OpenVINO (see above)')
     p.add_argument('--deform-conv', action='store_true', help='also TaLK 2-D exported with DeformConv (see above)')
+    p.add_argument('--opset', type=int, default=None, help='ONNX opset of every export (default: see above)')
     p.add_argument('--pause', type=float, default=0.05, help='seconds between two sessions (see above)')
     args = p.parse_args(argv)
     import numpy as np
@@ -151,9 +160,10 @@ def run(argv: list[str] | None = None) -> list[dict]:
         for size in args.sizes:
             for name in [BASELINE[size]] + [f'{f}_{SUFFIX[size]}' for f in args.families]:
                 print(f'exporting {name} ...', file=sys.stderr, flush=True)
-                rows.append(export_case(name, Path(tmp), args.img_size, args.threads, args.openvino))
+                case = (Path(tmp), args.img_size, args.threads, args.openvino)
+                rows.append(export_case(name, *case, opset=args.opset))
                 if args.deform_conv and name.startswith('talkconvnext2d_'):
-                    rows.append(export_case(name, Path(tmp), args.img_size, args.threads, args.openvino, True))
+                    rows.append(export_case(name, *case, deform_conv=True, opset=args.opset))
         rng = np.random.default_rng(0)
         inputs = {b: rng.standard_normal((b, 3, args.img_size, args.img_size), dtype=np.float32) for b in args.batches}
         times: dict[tuple[int, int], list[float]] = {(i, b): [] for i in range(len(rows)) for b in args.batches}
