@@ -5,7 +5,7 @@
 
 Each model is built for ``--img-size`` (224: the nominal size), reparameterized (timm's ``reparameterize_model``: one long kernel per
 MRConv mixer), exported as ``mrconvnext-export --onnx`` exports it (``mrconvnext.tools.export.export_onnx``,
-opset 18 unless ``--opset``), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
+opset 20 unless ``--opset``), and checked against PyTorch: the relative error ``||y_ort - y_torch|| / ||y_torch||`` of the logits of
 two fresh random images. ONNX Runtime runs each file on the CPU provider with ``--threads`` intra-op threads, after
 two warm-up runs, in ``--rounds`` rounds (rotating the order of the models); in each round every model runs back to
 back with the ConvNeXt of its size, one first and then the other, alternately. Reported: the median of each model's
@@ -20,8 +20,8 @@ this, and their batch-1 columns favour the larger graphs.
 
 ``--deform-conv`` adds a row per TaLK 2-D model exported with ``deform_conv=True`` (``<name>+deform``: its large maps
 as ONNX ``DeformConv``), which OpenVINO cannot load (its ``openvino_rel_error`` is left empty). ``--opset`` sets every
-export's opset (default: ``export_onnx``'s, 18, and 20 for the ``+deform`` rows). Compare the ``+deform`` rows at
-``--opset 20``: from opset 20 on, GELU exports as one ``Gelu`` node (at 18 as five), which ONNX Runtime runs faster.
+export's opset (default: ``export_onnx``'s, 20; tables generated before 2026-12-04 exported at 18, where GELU is five
+nodes, which ONNX Runtime runs slower than opset 20's one ``Gelu``).
 
 ``--openvino`` also loads each file in OpenVINO (``pip install openvino``; CPU device, float32 inference precision,
 since its default on CPUs with bf16 support is bf16) and reports the relative error of its logits against PyTorch

@@ -262,7 +262,7 @@ def export_parser() -> argparse.ArgumentParser:
     p.add_argument('--output', '-o', required=True, help='hub directory to write')
     p.add_argument('--no-reparam', action='store_true', help='export the branched model')
     p.add_argument('--onnx', nargs='?', const='model.onnx', default=None, help='also write ONNX (file in --output)')
-    p.add_argument('--onnx-opset', type=int, default=None, help='default 18 (20 with --onnx-deform-conv)')
+    p.add_argument('--onnx-opset', type=int, default=None, help='default 20 (mrconvnext.tools.export.ONNX_OPSET)')
     p.add_argument(
         '--onnx-deform-conv', action='store_true',
         help="TaLK 2-D's large maps as ONNX DeformConv (ONNX Runtime; OpenVINO cannot load it)",
