@@ -40,7 +40,7 @@ from timm.utils import reparameterize_model
 from . import common
 from .cli_args import export_parser as build_parser
 
-__all__ = ['ONNX_OPSET', 'main', 'run', 'build_parser', 'export_onnx']
+__all__ = ['ONNX_OPSET', 'main', 'run', 'build_parser', 'deform_conv_translated', 'export_onnx']
 
 _logger = logging.getLogger('mrconvnext.export')
 
@@ -105,6 +105,13 @@ def export_onnx(
             exporter = 'torchscript'
     if deform_conv and exporter != 'dynamo':
         raise ValueError(f'export_onnx: deform_conv needs the dynamo exporter (onnxscript), got exporter {exporter!r}')
+    if deform_conv and not deform_conv_translated():
+        import onnxscript
+
+        raise ValueError(
+            f'export_onnx: deform_conv needs an onnxscript that translates torchvision::deform_conv2d to DeformConv; '
+            f'onnxscript {onnxscript.__version__} has none'
+        )
     kwargs: dict[str, Any] = dict(input_names=['input'], output_names=['logits'], opset_version=opset)
     import warnings
 
@@ -125,6 +132,16 @@ def export_onnx(
             kwargs.update(dynamo=False, dynamic_axes={'input': {0: 'batch'}, 'logits': {0: 'batch'}})
             torch.onnx.export(model, (example,), str(path), **kwargs)
     return exporter
+
+
+def deform_conv_translated() -> bool:
+    """Whether the installed onnxscript exports torchvision's ``deform_conv2d`` (as ONNX ``DeformConv``), which
+    ``export_onnx(..., deform_conv=True)`` needs."""
+    try:
+        from onnxscript.function_libs.torch_lib.ops import vision
+    except ImportError:
+        return False
+    return hasattr(vision, 'torchvision_deform_conv2d')
 
 
 def _optimize(model: Any) -> None:
