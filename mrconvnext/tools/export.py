@@ -95,7 +95,6 @@ def export_onnx(
         opset = ONNX_OPSET
     if deform_conv and opset < 19:
         raise ValueError(f'export_onnx: deform_conv needs opset 19 or later (ONNX DeformConv), got opset {opset}')
-    model = copy.deepcopy(model).eval()
     if exporter == 'auto':
         try:
             import onnxscript  # noqa: F401
@@ -112,6 +111,7 @@ def export_onnx(
             f'export_onnx: deform_conv needs an onnxscript that translates torchvision::deform_conv2d to DeformConv; '
             f'onnxscript {onnxscript.__version__} has none'
         )
+    model = copy.deepcopy(model).eval()
     kwargs: dict[str, Any] = dict(input_names=['input'], output_names=['logits'], opset_version=opset)
     import warnings
 
@@ -178,7 +178,10 @@ def _onnx_check(path: Path, model: torch.nn.Module, x: torch.Tensor) -> float:
 def run(argv: list[str] | None = None) -> dict[str, Any]:
     """Export; returns a dict of paths and the measured differences."""
     common.setup_logging()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.onnx_deform_conv and not args.onnx:
+        parser.error('--onnx-deform-conv shapes the ONNX file: it needs --onnx')
     torch.manual_seed(args.seed)
     model, info = common.model_from_args(args)
     run = info.get('run_args') or {}

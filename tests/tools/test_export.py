@@ -1,5 +1,6 @@
 """Export: reparameterized hub directory (local-dir: reload gives the same logits), ONNX vs onnxruntime."""
 
+import importlib.util
 import json
 
 import pytest
@@ -141,7 +142,7 @@ def test_torchscript_onnx_exporter_row_dft(tmp_path):
     assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)
 
 
-def test_deform_conv_export_runs_in_onnxruntime(tmp_path, monkeypatch):
+def test_deform_conv_export_runs_in_onnxruntime(tmp_path):
     """``mrconvnext-export --onnx --onnx-deform-conv``: TaLK 2-D's maps past 196 positions (64 px: stage 1 at 16 x 16)
     export as one ONNX DeformConv each, the rest as without it; ONNX Runtime matches PyTorch at another batch size.
     Without the option the file holds no DeformConv; the option asks for opset 19 or later and the dynamo exporter."""
@@ -170,12 +171,24 @@ def test_deform_conv_export_runs_in_onnxruntime(tmp_path, monkeypatch):
     assert (y - ref).abs().max().item() <= 1e-4 * max(ref.abs().max().item(), 1.0)
     plain = export.run(argv + ['--output', str(tmp_path / 'plain')])
     assert 'DeformConv' not in {n.op_type for n in onnx.load(plain['onnx']).graph.node}
+
+
+def test_deform_conv_export_checks_its_arguments(tmp_path, monkeypatch, capsys):
+    """deform_conv=True: opset 19 or later, the dynamo exporter and an onnxscript that translates torchvision's
+    deform_conv2d, each refused with a ValueError that names it (before anything is traced); the CLI flag needs --onnx."""
+    model = timm.create_model('talkconvnext2d_atto', num_classes=10, img_size=64, depths=(1, 1, 1, 1)).eval()
+    with pytest.raises(TypeError, match='deform_conv must be a bool'):
+        export.export_onnx(model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), deform_conv=1)
     with pytest.raises(ValueError, match='deform_conv needs opset 19 or later'):
         export.export_onnx(model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), opset=18, deform_conv=True)
     with pytest.raises(ValueError, match='deform_conv needs the dynamo exporter'):
         export.export_onnx(
             model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), exporter='torchscript', deform_conv=True
         )
-    monkeypatch.setattr(export, 'deform_conv_translated', lambda: False)  # an onnxscript without the translation
-    with pytest.raises(ValueError, match='translates torchvision::deform_conv2d'):
-        export.export_onnx(model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), deform_conv=True)
+    if importlib.util.find_spec('onnxscript') is not None:
+        monkeypatch.setattr(export, 'deform_conv_translated', lambda: False)  # an onnxscript without the translation
+        with pytest.raises(ValueError, match='translates torchvision::deform_conv2d'):
+            export.export_onnx(model, tmp_path / 'x.onnx', torch.randn(2, 3, 64, 64), deform_conv=True)
+    with pytest.raises(SystemExit):
+        export.run(['--model', 'talkconvnext2d_atto', '--output', str(tmp_path / 'o'), '--onnx-deform-conv'])
+    assert '--onnx-deform-conv shapes the ONNX file: it needs --onnx' in capsys.readouterr().err

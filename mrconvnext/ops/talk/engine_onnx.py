@@ -95,8 +95,8 @@ def talk2d_deform(
     ``(i + a, j + b)`` of the exclusive ``(H + 1, W + 1)`` integral image, moved to the box's corners (top or
     bottom, left or right) of position ``(i, j)``, where the bilinear sample of the integral image is the
     interpolated prefix ``Pex + fu Cex + fv Rex + fu fv x`` of :func:`.reference.talk2d_reference`; the mask holds the
-    corners' signs over the box's maximum area, one offset group per head. A NaN edge samples the position's own cell
-    and makes the head's mask NaN, so the output there is NaN.
+    corners' signs over the box's maximum area, one offset group per head. A NaN edge sets the position's four edges
+    to 0 (valid samples, at the integral image's corner) and the head's mask to NaN, so the output there is NaN.
 
     Differentiable (torchvision's backward), but at an integer start edge (top, left) the bilinear sample's
     derivative is the cell to its right, where the specification takes the one the window grows into (to its left):
