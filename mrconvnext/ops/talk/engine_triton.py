@@ -6,8 +6,8 @@ kernel variant for each call. The kernels live by algorithm:
   for each of the head's channels; the backward adds ``dP`` atomically and takes its suffix sum.
 - :mod:`.triton_channels_last`: channels-last maps, as ConvNeXt blocks hand them over, with a head's channels
   gathered as one vector.
-- :mod:`.triton_plane`: rows and maps of at most :data:`PLANE_MAX_LENGTH` positions in one launch and no table (the
-  windows as a weight matrix; no atomics).
+- :mod:`.triton_plane`: channels-first rows and maps of at most :data:`PLANE_MAX_LENGTH` positions in one launch and
+  no table (the windows as a weight matrix; no atomics).
 - :mod:`.triton_common`: the window-edge rules and the exact normalizer they all use.
 
 The conventions and per-element math are those of :mod:`mrconvnext.ops.talk` (the specification) and
@@ -36,6 +36,7 @@ from .triton_table import talk1d_table, talk1d_table_backward, talk2d_table, tal
 __all__ = [
     'PLANE_MAX_LENGTH',
     'interpreted',
+    'plane_applies',
     'talk1d_triton',
     'talk1d_triton_backward',
     'talk2d_triton',
@@ -43,16 +44,24 @@ __all__ = [
     'talk2d_tables',
 ]
 
-# 1-D rows and 2-D maps of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196, 49) run in one
-# launch, an (image, head) plane per program, with no table and no atomics (:mod:`.triton_plane`); larger ones take
-# the scans and the gathers. Provisional: from the launch count and the plane's N multiply-adds per element, not timed.
+# Channels-first 1-D rows and 2-D maps of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196,
+# 49) run in one launch, an (image, head) plane per program, with no table and no atomics (:mod:`.triton_plane`);
+# larger ones take the scans and the gathers. Channels-last maps (what ConvNeXt blocks hand over) take the
+# channels-last scans and gathers at every size: in the two H200 profiles of TaLK-ConvNeXt-T (eval and training step,
+# batch 128, bf16, docs/gpu/h200_2026-11-26b/call1 and h200_2026-11-27/call1, the rows' top kernels) the plane
+# kernels took 53 us (1-D forward), 86 (1-D backward), 112 (2-D forward) and 310 (2-D backward) per million
+# elements at stages 3-4, the channels-last scans and gathers 6.8, 19, 9.6 and 32 at stages 1-2 (not yet timed at
+# stages 3-4 on a GPU).
 PLANE_MAX_LENGTH = 256
 
 
-def _plane_applies(x: torch.Tensor, heads: int) -> bool:
-    """The one-launch plane kernels: float32 accumulation (float16 / bfloat16 / float32 maps), rows of at most
-    :data:`PLANE_MAX_LENGTH` positions, heads of at most 64 channels."""
+def plane_applies(x: torch.Tensor, heads: int) -> bool:
+    """Whether ``x (B, C, L)`` (a 2-D map flattened) takes the one-launch plane kernels: a channels-first map of at
+    most :data:`PLANE_MAX_LENGTH` positions in float32 accumulation (float16 / bfloat16 / float32 maps), heads of at
+    most 64 channels."""
     B, C, L = x.shape
+    if is_channels_last_1d(x):
+        return False
     return acc_dtype(x.dtype) == torch.float32 and L <= PLANE_MAX_LENGTH and C // heads <= 64
 
 
@@ -68,7 +77,7 @@ def talk1d_triton(x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_rig
     y = talk1d_out(x)
     if x.numel() == 0:
         return y
-    if _plane_applies(x, heads):
+    if plane_applies(x, heads):
         return talk1d_plane(x, offsets.to(acc), max_left, max_right, y)
     if is_channels_last_1d(x):
         return talk1d_cl(x, offsets.to(acc), max_left, max_right, y)
@@ -87,7 +96,7 @@ def talk1d_triton_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(dx (B, C, L) laid out like x, doff in offsets' dtype)`` of :func:`talk1d_triton`; empty when not needed."""
     heads = offsets.shape[1]
-    if x.numel() > 0 and (need_dx or need_doff) and _plane_applies(x, heads):
+    if x.numel() > 0 and (need_dx or need_doff) and plane_applies(x, heads):
         return talk1d_plane_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
     if is_channels_last_1d(x) and x.numel() > 0 and (need_dx or need_doff):
         return talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
@@ -100,11 +109,11 @@ def talk2d_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TaLK 2-D forward: ``(y (B, C, H, W), P)``, what the backward needs: the integral image ``(B, C, H + 1, W + 1)``
     in the accumulation dtype (channels-last for a channels-last x, then a view of a contiguous ``(B, H + 1, W + 1,
-    C)``), or for maps of at most :data:`PLANE_MAX_LENGTH` positions (float32 accumulation), which the one-launch
-    plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x (channels-last
+    C)``), or where :func:`plane_applies` (channels-first maps of at most :data:`PLANE_MAX_LENGTH` positions), which
+    the one-launch plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x (channels-last
     or contiguous)."""
     maxes = (max_left, max_right, max_top, max_bottom)
-    if x.numel() > 0 and _plane_applies(x.flatten(2), offsets.shape[1]):
+    if x.numel() > 0 and plane_applies(x.flatten(2), offsets.shape[1]):
         return talk2d_plane(x, offsets.to(torch.float32), maxes)
     return talk2d_tables(x, offsets, *maxes)
 

@@ -215,8 +215,8 @@ def test_zero_max_offsets_is_identity():
 @pytest.mark.parametrize('case', ['bidirectional', 'causal', 'heads=channels', 'max>L', 'L>256'])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last', 'channels_last+strided_offsets'])
 def test_1d_matches_reference(impl, dtype, case, layout):
-    """Triton: rows of up to 256 positions run the one-launch plane kernels in float32, longer ones (and float64)
-    the scan and gathers."""
+    """Triton: channels-first rows of up to 256 positions run the one-launch plane kernels in float32, longer ones
+    (and float64) the scan and gathers; channels-last rows the channels-last scan and gathers at every length."""
     B, C, H, L, ml, mr = 2, 6, 3, 19, 5, 4
     if case == 'L>256':
         L, ml, mr = 300, 40, 70
@@ -264,8 +264,9 @@ SIZE_LAYOUTS_2D = [
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 @pytest.mark.parametrize('size,layout', SIZE_LAYOUTS_2D, ids=[f'{h}x{w}-{lay}' for (h, w), lay in SIZE_LAYOUTS_2D])
 def test_2d_matches_reference(impl, dtype, size, layout):
-    """Triton: maps of up to 256 positions run the one-launch plane kernels in float32; larger ones (and float64) the
-    integral image, channels-last in one pass for rows of up to 256 positions (16 x 17), two passes beyond (2 x 257)."""
+    """Triton: channels-first maps of up to 256 positions run the one-launch plane kernels in float32; larger ones
+    (and float64) and channels-last maps of every size the integral image, channels-last in one pass for rows of up to
+    256 positions (16 x 17), two passes beyond (2 x 257)."""
     B, C, H = 2, 4, 2
     Hh, Ww = size
     if impl == 'triton' and size in (ONE_PASS_2D, TWO_PASS_2D):

@@ -105,9 +105,10 @@ def test_the_cuda_implementations_run_the_triton_engine(dtype):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout):
-    """Short rows (1-D, 144 positions) and small maps (2-D, 12 x 12): the one-launch plane kernels and the scan +
-    gather kernels (forced by PLANE_MAX_LENGTH = 0) give the same y, dx and doffsets, in the same layout (float32
-    accumulation both, summed in another order: float16 results can round one unit apart)."""
+    """Short rows (1-D, 144 positions) and small maps (2-D, 12 x 12): the one-launch plane kernels (a channels-first
+    x) and the scan + gather kernels give the same y, dx and doffsets (float32 accumulation both, summed in another
+    order: float16 results can round one unit apart). The tables: channels-first ones forced by PLANE_MAX_LENGTH =
+    0, or the channels-last ones, which a channels-last x takes at every size; y and dx are laid out like x."""
     from mrconvnext.ops.talk import engine_triton as tt
     from mrconvnext.ops.talk import triton_plane, triton_table
 
@@ -120,23 +121,27 @@ def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout)
     assert S * S <= tt.PLANE_MAX_LENGTH and C // H > triton_table.TABLE_BLOCK_R
     x = torch.randn(B, C, S * S) if dims == 1 else torch.randn(B, C, S, S)
     x = x.to(dtype)
-    if layout == 'channels_last':
-        x = x.mT.contiguous().mT if dims == 1 else x.contiguous(memory_format=torch.channels_last)
     off = torch.rand(B, H, S * S, 2) if dims == 1 else torch.rand(B, H, S, S, 4)
     g = torch.randn(x.shape).to(dtype)
 
-    def run():
+    def run(x):
         xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
         y = talk1d(xg, og, 72, 72, engine='triton') if dims == 1 else talk2d(xg, og, 6, 6, 6, 6, engine='triton')
         return (y, *torch.autograd.grad(y, (xg, og), g))
 
-    plane = run()
-    monkeypatch.setattr(tt, 'PLANE_MAX_LENGTH', 0)
-    table = run()
+    assert tt.plane_applies(x.flatten(2), H)
+    plane = run(x)
+    if layout == 'channels_last':
+        x = x.mT.contiguous().mT if dims == 1 else x.contiguous(memory_format=torch.channels_last)
+        assert not tt.plane_applies(x.flatten(2), H)
+    else:
+        monkeypatch.setattr(tt, 'PLANE_MAX_LENGTH', 0)
+    table = run(x)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-10, atol=1e-4)
     for a, b in zip(plane, table):
-        assert a.stride() == b.stride()
         torch.testing.assert_close(a, b, **tol)
+    for t in table[:2]:  # y and dx laid out like x
+        assert t.stride() == x.stride()
 
 
 def _kernels() -> list:
@@ -275,6 +280,16 @@ _FAKE_CUDA_1D = textwrap.dedent(
     assert y.is_contiguous(memory_format=torch.channels_last) and dx.is_contiguous(memory_format=torch.channels_last)
     assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1 and doff.shape == off.shape
     assert not ops.copies_of(B * C * H * W), ops.copies_of(B * C * H * W)
+
+    # stage 3 (196 positions, within PLANE_MAX_LENGTH): a channels-last map still takes the integral image (the
+    # plane kernels would save x itself, (B, C, H, W))
+    B, C, H, W = 8, 384, 14, 14
+    with FakeTensorMode():
+        x = torch.randn(B, C, H, W, device='cuda', dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        off = torch.rand(B, H, W, 24, 4, device='cuda').permute(0, 3, 1, 2, 4)
+        y, P = talk2d_triton(x, off, 7, 7, 7, 7)
+        assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1, (P.shape, P.stride())
+        assert y.is_contiguous(memory_format=torch.channels_last)
     """
 )
 
