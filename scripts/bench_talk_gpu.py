@@ -16,8 +16,8 @@ allocated before. ``bytes/elem`` is the forward traffic per map element the oper
 (``--accounting`` prints the model alone, without a GPU): x read (2 B), the float32 table written (4 B) and read at the
 edges (counted once: the gathers hit cache), y written (2 B), the offsets (4 B per side and head, over the head's 16
 channels), and the scan's read of x (2 B) where the table is built (not for the plane kernels);
-ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``). Maps of at most 256 positions (1-D rows and 2-D
-maps) run the plane kernels: x and y once, no table.
+ConvNeXt's conv is 10 B (``../shared/notes/gpu-design.md``). Every stage's channels-last map takes the tables (the
+one-launch plane kernels, x and y once and no table, serve channels-first maps of at most 256 positions only).
 
     python scripts/bench_talk_gpu.py [--batch 128] [--out results]
     python scripts/bench_talk_gpu.py --accounting
@@ -37,27 +37,20 @@ from _bench import gpu_time_and_peak, markdown_report  # noqa: E402
 
 STAGES = [(96, 56), (192, 28), (384, 14), (768, 7)]  # (C, side)
 HEAD_DIM = 16
-PLANE_MAX_LENGTH = (
-    256  # mrconvnext.ops.talk.engine_triton.PLANE_MAX_LENGTH (not imported: --accounting needs no Triton)
-)
 
 
-def bytes_per_element(op: str, length: int) -> float:
-    """Forward bytes per map element of the Triton operator under bf16 (see the module docstring)."""
+def bytes_per_element(op: str) -> float:
+    """Forward bytes per map element of the Triton operator on a channels-last bf16 map (the module docstring)."""
     sides = 2 if op == 'talk1d' else 4
     offsets = 4 * sides / HEAD_DIM
-    if length <= PLANE_MAX_LENGTH:
-        return 2 + 2 + offsets  # the plane kernels: x once, y once, the offsets
     return 2 + 4 + 4 + 2 + 2 + offsets  # scan: x read, table written; gathers: table and x read; y written
 
 
 def accounting() -> list[str]:
     lines = ['| stage | C | H x W | talk1d B/elem | talk2d B/elem | dwconv B/elem |', '|' + ' --- |' * 6]
     for i, (C, S) in enumerate(STAGES):
-        L = S * S
         lines.append(
-            f'| {i + 1} | {C} | {S}x{S} | {bytes_per_element("talk1d", L):.2f} | '
-            f'{bytes_per_element("talk2d", L):.2f} | 10 |'
+            f'| {i + 1} | {C} | {S}x{S} | {bytes_per_element("talk1d"):.2f} | {bytes_per_element("talk2d"):.2f} | 10 |'
         )
     return lines
 
@@ -136,7 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 row = dict(stage=stage, B=args.batch, C=C, HW=f'{S}x{S}', mode=mode, case=name)
                 row.update(median_ms=round(ms, 4), ratio_vs_dwconv=round(ms / base, 3), peak_extra_mb=round(peak, 1))
                 if mode == 'fwd' and name.startswith('op'):
-                    b = bytes_per_element('talk1d' if name.startswith('op1d') else 'talk2d', L)
+                    b = bytes_per_element('talk1d' if name.startswith('op1d') else 'talk2d')
                     row['model_GBps'] = round(elements * b / (ms * 1e-3) / 1e9, 1)
                 rows.append(row)
                 print(' '.join(f'{k}={v}' for k, v in row.items()), flush=True)

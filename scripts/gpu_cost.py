@@ -30,8 +30,9 @@ Counting (``OpCounter``; nothing is computed, the tensors are ``FakeTensorMode``
   varied 2x between runs. The backward walk's own bookkeeping and its calls of C++ nodes, which stand for the
   autograd engine's C++, are left out.
 - this package's operators: a Triton operator (``torch.library.triton_op``) counts as one launch that reads its
-  inputs and writes its outputs (its internal traffic stays unseen); any other operator is entered, and the ATen ops
-  its CUDA implementation runs are counted instead.
+  inputs and writes its outputs (its internal traffic stays unseen; TaLK's are classed by the kernels they pick,
+  ``TALK_TRITON_OPS``); any other operator is entered, and the ATen ops its CUDA implementation runs are counted
+  instead.
 - the training step's backward runs by walking the autograd graph in Python (each node called with its gradients,
   in dependency order; processed nodes are dropped, freeing what they saved). The autograd engine itself cannot
   run on fake CUDA tensors without a GPU (it asks the CUDA driver for a primary context).
@@ -361,6 +362,31 @@ def _is_triton_op(qualname: str) -> bool:
     return qualname in triton.triton_ops_to_kernels
 
 
+# TaLK's Triton operators run one of two kernel families (``mrconvnext.ops.talk.engine_triton``): the one-launch plane
+# kernels or the scans and gathers of the tables. Each family is a class of its own, ``'<operator>:plane'`` or
+# ``'<operator>:tables'``, measured apart (:func:`measured_by_class`); the value: the plane kernel's name
+TALK_TRITON_OPS = {
+    'mrconvnext::talk1d_triton': 'talk1d_plane_fwd_jit',
+    'mrconvnext::talk1d_triton_backward': 'talk1d_plane_bwd_jit',
+    'mrconvnext::talk2d_triton': 'talk2d_plane_fwd_jit',
+    'mrconvnext::talk2d_triton_backward': 'talk2d_plane_bwd_jit',
+}
+
+
+def talk_variant(name: str, args) -> str:
+    """``'plane'`` or ``'tables'``: the kernels the counted code's TaLK Triton operator ``name`` runs for ``args``, by
+    that code's own rule (``plane_applies``; a profiled call's older code named it ``_plane_applies``, and code
+    before the plane kernels had neither)."""
+    from mrconvnext.ops.talk import engine_triton
+
+    if name == 'mrconvnext::talk2d_triton_backward':  # the forward's second output: x itself for the plane kernels
+        grad_y, saved = args[0], args[1]
+        return 'plane' if saved.shape[-2:] == grad_y.shape[-2:] else 'tables'
+    x, offsets = (args[0], args[1]) if name in ('mrconvnext::talk1d_triton', 'mrconvnext::talk2d_triton') else args[1:3]
+    rule = getattr(engine_triton, 'plane_applies', None) or getattr(engine_triton, '_plane_applies', None)
+    return 'plane' if rule is not None and x.numel() > 0 and rule(x.flatten(2), offsets.shape[1]) else 'tables'
+
+
 def _cuda_impl(qualname: str):
     """The Python CUDA implementation of a ``torch.library.custom_op`` (None for others)."""
     from torch._library.custom_ops import OPDEFS
@@ -580,6 +606,8 @@ class OpCounter(TorchDispatchMode):
             read, cls = accumulate
         elif name in _TENSOR_UNIT and _unaligned([*_tensors(args), *outs]):
             cls = f'{op_class(name)}_unaligned'
+        elif name in TALK_TRITON_OPS:
+            cls = f'{name}:{talk_variant(name, args)}'
         if cls.startswith('conv_dw_native'):  # the contiguous copies it makes of its strided inputs first
             for t in args[:1] if name == 'aten::convolution' else args[:2]:  # x; or grad_output and x
                 if not t.is_contiguous():
@@ -1124,17 +1152,30 @@ def counted_method(call: str, row: dict) -> str:
 
 
 def measured_by_class(row: dict) -> dict[str, float]:
-    """Seconds of device time per op class in a profiled row (each op's self time)."""
+    """Seconds of device time per op class in a profiled row (each op's self time). A TaLK Triton operator's is split
+    by kernel family (``TALK_TRITON_OPS``): its plane kernel's time among the row's top kernels is ``':plane'``'s, the
+    rest of the operator's (its scans and gathers) ``':tables'``'s."""
     out: dict[str, float] = defaultdict(float)
+    kernels: dict[str, float] = defaultdict(float)
+    for kernel, _count, us in row.get('top_kernels', []):
+        kernels[kernel] += us
     for name, (_, self_us, *_rest) in row['ops'].items():
+        if name in TALK_TRITON_OPS:
+            plane_us = min(self_us, kernels.get(TALK_TRITON_OPS[name], 0.0))
+            out[f'{name}:plane'] += plane_us * 1e-6
+            out[f'{name}:tables'] += (self_us - plane_us) * 1e-6
+            continue
         out[op_class(name)] += self_us * 1e-6
     return out
 
 
-def _nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares for a few columns: the best of the unconstrained fits on every subset of them."""
+def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns: the best of the unconstrained fits on every subset of them; of
+    fits within 0.1 % of the best residual, the one on the fewest columns (then the first subset). Without that
+    rule near-ties flipped between calibrations of the same counts: the conv backward's (0.26, no latency) and (1.0,
+    134 us) fitted call 1 alike and changed places from one run to the next."""
     k = A.shape[1]
-    best = None
+    fits = []
     for mask in range(1, 2**k):
         cols = [j for j in range(k) if mask >> j & 1]
         x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
@@ -1142,10 +1183,11 @@ def _nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
             continue
         full = np.zeros(k)
         full[cols] = x
-        residual = float(np.linalg.norm(A @ full - y))
-        if best is None or residual < best[0]:
-            best = (residual, full)
-    return np.zeros(k) if best is None else best[1]
+        fits.append((float(np.linalg.norm(A @ full - y)), len(cols), full))
+    if not fits:
+        return np.zeros(k)
+    best = min(f[0] for f in fits)
+    return min((f for f in fits if f[0] <= best * 1.001 + 1e-15), key=lambda f: f[1])[2]
 
 
 def class_costs(pairs: list[tuple[dict, StepCost]], gpu: str) -> dict[str, dict]:
@@ -1179,7 +1221,7 @@ def class_costs(pairs: list[tuple[dict, StepCost]], gpu: str) -> dict[str, dict]
             continue
         A, y = A[keep], y[keep]
         if len(y) >= 4:
-            x = _nnls(A / y[:, None], np.ones_like(y))
+            x = nnls(A / y[:, None], np.ones_like(y))
         else:
             x = np.append(np.full(len(names), y.sum() / A[:, :-1].sum()), 0.0)
         for i, s in enumerate(names):
@@ -1360,7 +1402,10 @@ see:
 - **L2 reuse**: a tensor read again while it is still in the 50-60 MB L2 is counted twice;
 - **a Triton operator's inside**: it counts one launch that reads the operator's inputs and writes its outputs, and
   the FLOPs of its registered formula; each Triton operator's efficiency is measured from one profiled row (its
-  family's), so a change inside the kernel is seen only by a new profile;
+  family's), so a change inside the kernel is seen only by a new profile. TaLK's operators are two classes each, by
+  the kernels the code picks (`'<operator>:plane'`, the one-launch plane kernels; `'<operator>:tables'`, the scans
+  and gathers), measured apart from the profiled kernels' names; a family measured at some map sizes (the tables
+  at ConvNeXt-T's stages 1-2) is assumed to run as efficiently at the others;
 - **shapes within a class**: a class has one efficiency and one latency. Transposes differ by which dimensions they
   swap; GEMMs by their tile fit; gathers and scatters by their index pattern (`index_add_` into a small kernel from
   many positions serializes on atomics; an accumulating `index_put` walks each destination's duplicates in turn);
@@ -1400,6 +1445,12 @@ def _header(command: str) -> list[str]:
         f'{torch.__version__}, by `{command}`.',
         '',
     ]
+
+
+def _checkout_name(path: Path) -> str:
+    """``'<a worktree of COMMIT>'`` for a git checkout (what a reader can make again), else the path."""
+    head = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=path)
+    return f'<a worktree of {head.stdout.strip()}>' if head.returncode == 0 and head.stdout.strip() else str(path)
 
 
 def table_rows(path: Path) -> list[dict]:
@@ -1712,7 +1763,7 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     """Every family's T model against convnext_tiny, counted on this checkout: eval at batch 128 and 1, the training
     step at 128 and its peak memory; then MRConvNeXt-T's rows of issue 40, also on ``before`` if given."""
     command = f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}'
-    header = _header(command + (f' --before {before}' if before else ''))  # the code counted
+    header = _header(command + (f' --before {_checkout_name(before)}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
     one = count_all(FAMILIES_T, 1, 224, modes=('eval',))
     steps = {'eval128': big['convnext_tiny', 'eval'], 'eval1': one['convnext_tiny', 'eval'],

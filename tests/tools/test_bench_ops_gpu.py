@@ -25,12 +25,11 @@ def test_dynconv_accounting_per_stage():
 
 
 def test_talk_accounting_per_stage():
-    for stage, _C, _hw, one_d, two_d, dw in _accounting_rows('bench_talk_gpu.py'):
+    for _stage, _C, _hw, one_d, two_d, dw in _accounting_rows('bench_talk_gpu.py'):
         # x read by the scan and the gathers (2 + 2 B), the float32 table written and read (4 + 4 B), y (2 B), the
-        # offsets (4 B per side over 16 channels); stages 3, 4 (<= 256 positions): the plane kernels, x and y once
-        small = int(stage) >= 3
-        assert float(one_d) == pytest.approx(4 + 0.5 if small else 14 + 0.5)
-        assert float(two_d) == pytest.approx(4 + 1.0 if small else 14 + 1.0) and float(dw) == 10
+        # offsets (4 B per side over 16 channels), at every stage: channels-last maps never take the plane kernels
+        assert float(one_d) == pytest.approx(14 + 0.5)
+        assert float(two_d) == pytest.approx(14 + 1.0) and float(dw) == 10
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='checks the message shown without a GPU')

@@ -9,6 +9,7 @@ import math
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -103,6 +104,47 @@ def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
     # 18 + 19 + 20 + 19 + 18 = 94 of them per channel, for 2 images of 8 channels
     expected = [['mrconvnext::dynamic_conv_triton', (320 + 400) * 4, (320 + 80) * 4, 2 * 94 * 2 * 8, 'simt']]
     assert json.loads(proc.stdout.splitlines()[-1]) == expected
+
+
+def test_a_talk_operator_is_a_class_per_kernel_family():
+    """TaLK's Triton operators are counted as the kernels the code runs (a 196-position row: the plane kernels
+    channels-first, the channels-last tables channels-last), and a profile's time of the operator is split the same
+    way: its plane kernel's time among the row's top kernels, the rest (scans, gathers) the tables'."""
+    pytest.importorskip('triton')
+    script = REPO / 'scripts' / 'gpu_cost.py'
+    code = (
+        'import importlib.util, json, sys, torch\n'
+        'from torch._subclasses.fake_tensor import FakeTensorMode\n'
+        f'spec = importlib.util.spec_from_file_location("gpu_cost", {str(script)!r})\n'
+        'gpu_cost = importlib.util.module_from_spec(spec)\n'
+        'sys.modules["gpu_cost"] = gpu_cost\n'
+        'spec.loader.exec_module(gpu_cost)\n'
+        'from mrconvnext.ops.talk import engine_triton\n'
+        'counter = gpu_cost.OpCounter()\n'
+        'with FakeTensorMode():\n'
+        '    off = torch.rand(2, 4, 196, 2, device="cuda")\n'
+        '    first = torch.randn(2, 32, 196, device="cuda", dtype=torch.bfloat16)\n'
+        '    last = torch.randn(2, 196, 32, device="cuda", dtype=torch.bfloat16).transpose(1, 2)\n'
+        '    with counter:\n'
+        '        for x in (first, last):\n'
+        '            engine_triton.talk1d_triton(x, off, 8, 8)\n'
+        '            engine_triton.talk1d_triton_backward(x, x, off, 8, 8, True, True)\n'
+        'print(json.dumps([gpu_cost.call_class(c) for c in counter.calls]))\n'
+    )
+    proc = run_compiled_triton('-c', code, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    op = 'mrconvnext::talk1d_triton'
+    expected = [f'{op}:plane', f'{op}_backward:plane', f'{op}:tables', f'{op}_backward:tables']
+    assert json.loads(proc.stdout.splitlines()[-1]) == expected
+    row = dict(
+        ops={op: [18, 1000.0, 1000.0], f'{op}_backward': [18, 0.0, 2000.0], 'aten::add': [3, 50.0, 50.0]},
+        top_kernels=[['talk1d_plane_fwd_jit', 12, 700.0], ['scan_jit', 6, 100.0], ['talk1d_plane_bwd_jit', 12, 9.0]],
+    )
+    measured = gpu_cost.measured_by_class(row)
+    assert measured[f'{op}:plane'] == pytest.approx(700e-6) and measured[f'{op}:tables'] == pytest.approx(300e-6)
+    # an operator whose kernels a profile books elsewhere (self time 0) measures nothing in either family
+    assert measured[f'{op}_backward:plane'] == 0 and measured[f'{op}_backward:tables'] == 0
+    assert measured['other'] == pytest.approx(50e-6)
 
 
 def test_peak_memory_follows_the_storages_that_are_alive():
@@ -307,6 +349,15 @@ def test_class_costs_recover_an_efficiency_and_a_latency_from_rows():
     assert costs['other']['efficiency'] == pytest.approx(0.8) and costs['other']['latency'] == pytest.approx(1e-6)
     assert costs['copy']['launches'] == 170 and costs['copy']['error'] < 1e-9
     assert costs['other']['measured'] == pytest.approx(sum(r['ops']['aten::add'][1] for r, _ in pairs) * 1e-6)
+
+
+def test_the_least_squares_prefer_the_fewest_columns_among_equal_fits():
+    """Two identical columns fit the data alike alone or together: the fit on one column is taken (the first), the
+    same on every run; a fit clearly better on more columns still wins."""
+    A = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    np.testing.assert_allclose(gpu_cost.nnls(A, np.array([1.0, 2.0, 3.0])), [1.0, 0.0], atol=1e-12)
+    B = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_allclose(gpu_cost.nnls(B, np.array([2.0, 3.0, 5.0])), [2.0, 3.0], atol=1e-12)
 
 
 def test_a_profiled_row_is_counted_with_the_code_its_call_ran():
