@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -78,9 +79,9 @@ def test_a_depthwise_conv_under_autocast_forward_and_backward():
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
 
 
-def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
-    """Counted in a process of its own: this suite's Triton interpreter would run the kernel on the fake tensors."""
-    pytest.importorskip('triton')
+def _counted_in_process(setup: str, calls: str, report: str):
+    """What a script that counts in a process of its own prints (gpu_cost loaded from the checkout, ``setup`` then
+    ``calls`` under ``FakeTensorMode``, ``calls`` under an ``OpCounter`` named ``counter``): ``report``'s JSON."""
     script = REPO / 'scripts' / 'gpu_cost.py'
     code = (
         'import importlib.util, json, sys, torch\n'
@@ -89,21 +90,32 @@ def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
         'gpu_cost = importlib.util.module_from_spec(spec)\n'
         'sys.modules["gpu_cost"] = gpu_cost\n'
         'spec.loader.exec_module(gpu_cost)\n'
-        'from mrconvnext.ops.light_conv import engine_triton\n'
         'counter = gpu_cost.OpCounter()\n'
         'with FakeTensorMode():\n'
-        '    x, logits = torch.randn(2, 20, 8, device="cuda"), torch.randn(2, 20, 2, 5, device="cuda")\n'
-        '    with counter:\n'
-        '        engine_triton.dynamic_conv_triton(x, logits, None, 2, True)\n'
-        'print(json.dumps([[c.name, c.read, c.written, c.flops, c.unit] for c in counter.calls]))\n'
+        + textwrap.indent(setup, '    ')
+        + '    with counter:\n'
+        + textwrap.indent(calls, '        ')
+        + f'print(json.dumps({report}))\n'
     )
     proc = run_compiled_triton('-c', code, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_triton_operator_is_one_launch_of_its_inputs_and_outputs():
+    """Counted in a process of its own: this suite's Triton interpreter would run the kernel on the fake tensors."""
+    pytest.importorskip('triton')
+    counted = _counted_in_process(
+        'from mrconvnext.ops.light_conv import engine_triton\n'
+        'x, logits = torch.randn(2, 20, 8, device="cuda"), torch.randn(2, 20, 2, 5, device="cuda")\n',
+        'engine_triton.dynamic_conv_triton(x, logits, None, 2, True)\n',
+        '[[c.name, c.read, c.written, c.flops, c.unit] for c in counter.calls]',
+    )
     # x (2, 20, 8) and logits (2, 20, 2, 5) float32 in; y (2, 20, 8) and the log-sum-exp (2, 20, 2) float32 out; its
     # registered formula: 2 FLOPs per tap that reads inside the sequence, lags -2..2 over 20 positions reading
     # 18 + 19 + 20 + 19 + 18 = 94 of them per channel, for 2 images of 8 channels
     expected = [['mrconvnext::dynamic_conv_triton', (320 + 400) * 4, (320 + 80) * 4, 2 * 94 * 2 * 8, 'simt']]
-    assert json.loads(proc.stdout.splitlines()[-1]) == expected
+    assert counted == expected
 
 
 def test_a_talk_operator_is_a_class_per_kernel_family():
@@ -111,31 +123,18 @@ def test_a_talk_operator_is_a_class_per_kernel_family():
     channels-first, the channels-last tables channels-last), and a profile's time of the operator is split the same
     way: its plane kernel's time among the row's top kernels, the rest (scans, gathers) the tables'."""
     pytest.importorskip('triton')
-    script = REPO / 'scripts' / 'gpu_cost.py'
-    code = (
-        'import importlib.util, json, sys, torch\n'
-        'from torch._subclasses.fake_tensor import FakeTensorMode\n'
-        f'spec = importlib.util.spec_from_file_location("gpu_cost", {str(script)!r})\n'
-        'gpu_cost = importlib.util.module_from_spec(spec)\n'
-        'sys.modules["gpu_cost"] = gpu_cost\n'
-        'spec.loader.exec_module(gpu_cost)\n'
+    counted = _counted_in_process(
         'from mrconvnext.ops.talk import engine_triton\n'
-        'counter = gpu_cost.OpCounter()\n'
-        'with FakeTensorMode():\n'
-        '    off = torch.rand(2, 4, 196, 2, device="cuda")\n'
-        '    first = torch.randn(2, 32, 196, device="cuda", dtype=torch.bfloat16)\n'
-        '    last = torch.randn(2, 196, 32, device="cuda", dtype=torch.bfloat16).transpose(1, 2)\n'
-        '    with counter:\n'
-        '        for x in (first, last):\n'
-        '            engine_triton.talk1d_triton(x, off, 8, 8)\n'
-        '            engine_triton.talk1d_triton_backward(x, x, off, 8, 8, True, True)\n'
-        'print(json.dumps([gpu_cost.call_class(c) for c in counter.calls]))\n'
+        'off = torch.rand(2, 4, 196, 2, device="cuda")\n'
+        'first = torch.randn(2, 32, 196, device="cuda", dtype=torch.bfloat16)\n'
+        'last = torch.randn(2, 196, 32, device="cuda", dtype=torch.bfloat16).transpose(1, 2)\n',
+        'for x in (first, last):\n'
+        '    engine_triton.talk1d_triton(x, off, 8, 8)\n'
+        '    engine_triton.talk1d_triton_backward(x, x, off, 8, 8, True, True)\n',
+        '[gpu_cost.call_class(c) for c in counter.calls]',
     )
-    proc = run_compiled_triton('-c', code, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     op = 'mrconvnext::talk1d_triton'
-    expected = [f'{op}:plane', f'{op}_backward:plane', f'{op}:tables', f'{op}_backward:tables']
-    assert json.loads(proc.stdout.splitlines()[-1]) == expected
+    assert counted == [f'{op}:plane', f'{op}_backward:plane', f'{op}:tables', f'{op}_backward:tables']
     row = dict(
         ops={op: [18, 1000.0, 1000.0], f'{op}_backward': [18, 0.0, 2000.0], 'aten::add': [3, 50.0, 50.0]},
         top_kernels=[['talk1d_plane_fwd_jit', 12, 700.0], ['scan_jit', 6, 100.0], ['talk1d_plane_bwd_jit', 12, 9.0]],
