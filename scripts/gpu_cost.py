@@ -1154,7 +1154,8 @@ def counted_method(call: str, row: dict) -> str:
 def measured_by_class(row: dict) -> dict[str, float]:
     """Seconds of device time per op class in a profiled row (each op's self time). A TaLK Triton operator's is split
     by kernel family (``TALK_TRITON_OPS``): its plane kernel's time among the row's top kernels is ``':plane'``'s, the
-    rest of the operator's (its scans and gathers) ``':tables'``'s."""
+    rest of the operator's (its scans and gathers) ``':tables'``'s (a plane kernel outside the row's top kernels, the
+    profile's 25-40 largest, would be booked under the tables: in the profiled TaLK rows it is the largest)."""
     out: dict[str, float] = defaultdict(float)
     kernels: dict[str, float] = defaultdict(float)
     for kernel, _count, us in row.get('top_kernels', []):
@@ -1173,7 +1174,8 @@ def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares for a few columns: the best of the unconstrained fits on every subset of them; of
     fits within 0.1 % of the best residual, the one on the fewest columns (then the first subset). Without that
     rule near-ties flipped between calibrations of the same counts: the conv backward's (0.26, no latency) and (1.0,
-    134 us) fitted call 1 alike and changed places from one run to the next."""
+    134 us) fitted call 1 alike and changed places from one run to the next. A column left out is a class at its
+    roofline (:func:`class_costs`: efficiency 1) or no latency."""
     k = A.shape[1]
     fits = []
     for mask in range(1, 2**k):

@@ -84,7 +84,8 @@ def test_per_device_operators_run_triton_on_cuda(dtype):
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 @pytest.mark.parametrize('case', ['bidirectional', 'causal', 'max>L', 'long', 'short'])
 def test_talk1d_against_float64_reference(dtype, tol, layout, case):
-    """'short': a stage-3 row (196 positions), the one-launch plane kernels in float32."""
+    """'short': a stage-3 row (196 positions): the one-launch plane kernels in float32 (contiguous), the channels-last
+    tables (channels-last)."""
     B, C, H, L, ml, mr = 2, 16, 4, 777, 40, 33
     if case == 'short':
         B, C, H, L, ml, mr = 4, 64, 4, 196, 98, 98

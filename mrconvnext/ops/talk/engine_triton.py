@@ -49,7 +49,7 @@ __all__ = [
 # larger ones take the scans and the gathers. Channels-last maps (what ConvNeXt blocks hand over) take the
 # channels-last scans and gathers at every size: in the two H200 profiles of TaLK-ConvNeXt-T (eval and training step,
 # batch 128, bf16, docs/gpu/h200_2026-11-26b/call1 and h200_2026-11-27/call1, the rows' top kernels) the plane
-# kernels took 53 us (1-D forward), 86 (1-D backward), 112 (2-D forward) and 310 (2-D backward) per million
+# kernels took 53 us (1-D forward), 86 (1-D backward), 113 (2-D forward) and 310 (2-D backward) per million
 # elements at stages 3-4, the channels-last scans and gathers 6.8, 19, 9.6 and 32 at stages 1-2 (not yet timed at
 # stages 3-4 on a GPU).
 PLANE_MAX_LENGTH = 256
@@ -110,8 +110,8 @@ def talk2d_triton(
     """TaLK 2-D forward: ``(y (B, C, H, W), P)``, what the backward needs: the integral image ``(B, C, H + 1, W + 1)``
     in the accumulation dtype (channels-last for a channels-last x, then a view of a contiguous ``(B, H + 1, W + 1,
     C)``), or where :func:`plane_applies` (channels-first maps of at most :data:`PLANE_MAX_LENGTH` positions), which
-    the one-launch plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x (channels-last
-    or contiguous)."""
+    the one-launch plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x
+    (channels-last or contiguous)."""
     maxes = (max_left, max_right, max_top, max_bottom)
     if x.numel() > 0 and plane_applies(x.flatten(2), offsets.shape[1]):
         return talk2d_plane(x, offsets.to(torch.float32), maxes)

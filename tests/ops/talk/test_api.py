@@ -418,7 +418,8 @@ def test_2d_half_precision_channels_last(impl, dtype):
     """fp16 / bf16 maps (channels-last and contiguous): integral image and positions in float32, so y, dx and doffsets
     are the float64 results rounded once (bf16 under the interpreter: truncation, twice the bound)."""
     # 72 positions: more than one of the plane kernels' blocks (64 inputs per product forward, 16 backward; 16
-    # outputs per step), within PLANE_MAX_LENGTH (the plane kernels run in float32 accumulation)
+    # outputs per step), within PLANE_MAX_LENGTH (the plane kernels run the contiguous map in float32 accumulation,
+    # the channels-last tables the channels-last one)
     B, C, H, Hh, Ww, maxes = 2, 8, 2, 8, 9, (7, 7, 7, 7)
     if impl == 'triton':
         from mrconvnext.ops.talk.engine_triton import PLANE_MAX_LENGTH
@@ -446,8 +447,9 @@ def test_2d_half_precision_channels_last(impl, dtype):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 def test_1d_short_rows_on_the_grid_and_in_half_precision(impl, dtype, layout):
-    """Short rows (Triton's plane kernels) with every offset on the grid (0, 1 and the values between, exact in
-    float32): the same one-sided derivatives as the float64 reference; and fp16 maps, rounded once."""
+    """Short rows (Triton: the plane kernels contiguous, the channels-last tables channels-last) with every offset on
+    the grid (0, 1 and the values between, exact in float32): the same one-sided derivatives as the float64
+    reference; and fp16 maps, rounded once."""
     B, C, H, L, ml, mr = 2, 8, 2, 49, 4, 2
     x = torch.randn(B, C, L).to(dtype)
     if layout == 'channels_last':
@@ -470,8 +472,8 @@ def test_1d_short_rows_on_the_grid_and_in_half_precision(impl, dtype, layout):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 def test_2d_small_maps_on_the_grid_and_in_half_precision(impl, dtype, layout):
-    """Small maps (Triton's plane kernels) with every edge on the grid (exact in float32): the float64 reference's
-    one-sided derivatives; and fp16 maps, rounded once."""
+    """Small maps (Triton: the plane kernels contiguous, the channels-last tables channels-last) with every edge on
+    the grid (exact in float32): the float64 reference's one-sided derivatives; and fp16 maps, rounded once."""
     B, C, H, Hh, Ww, maxes = 2, 8, 2, 7, 9, (4, 2, 2, 4)
     x = torch.randn(B, C, Hh, Ww).to(dtype)
     if layout == 'channels_last':

@@ -142,6 +142,7 @@ def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout)
         torch.testing.assert_close(a, b, **tol)
     for t in table[:2]:  # y and dx laid out like x
         assert t.stride() == x.stride()
+    assert plane[2].stride() == table[2].stride()  # doffsets laid out like the offsets, by both
 
 
 def _kernels() -> list:
