@@ -1683,6 +1683,14 @@ MRCONV_TARGETS = {
     "training step, combine='scale'": (1.10, 1.2),
     'peak memory': (1.10, 1.25),
 }
+# issue 44's (target, floor) for the other families' T models, as time (and memory) ratios to convnext_tiny (an eval
+# throughput ratio r is a time ratio 1 / r)
+OTHER_FAMILIES_T = ['talkconvnext_t', 'talkconvnext2d_t', 'lightconvnext_t', 'dynconvnext_t']
+FAMILY_TARGETS = {
+    'eval, batch 128': (1 / 0.95, 1 / 0.85),
+    'training step': (1.11, 1.25),
+    'training peak memory': (1.10, 1.25),
+}
 # a row whose modeled time exceeds its device time by more than this share is bound by the host
 HOST_BOUND_SHARE = 0.25
 
@@ -1761,9 +1769,32 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
     return lines + [''] + intro + verdicts
 
 
+def families_table(gpu: str, base: dict, counted: dict) -> list[str]:
+    """Issue 44's rows for TaLK, TaLK 2-D, LightConv and DynamicConv (``OTHER_FAMILIES_T``) from their counted eval
+    and training runs at batch 128 (``counted[spec, mode]``), against convnext_tiny's (``base``, as
+    :func:`predicted_table` builds it): ratio, verdict and what costs most."""
+    lines = [
+        '| model | target row | target (floor) | modeled ratio | verdict | what costs most over convnext_tiny (modeled) |',
+        '| --- | --- | --- | --- | --- | --- |',
+    ]
+    for spec in OTHER_FAMILIES_T:
+        ev, tr = counted[spec, 'eval'], counted[spec, 'train']
+        rows = [
+            ('eval, batch 128', model_time(ev, gpu) / base['eval128'], in_the_way(ev, base['steps']['eval128'], gpu)),
+            ('training step', model_time(tr, gpu) / base['train'], in_the_way(tr, base['steps']['train'], gpu)),
+            ('training peak memory', tr.peak_bytes / base['peak'], ''),
+        ]
+        for label, ratio, way in rows:
+            target, floor = FAMILY_TARGETS[label]
+            lines.append(f'| {spec} | {label} | {target:.2f} ({floor:.2f}) | {ratio:.2f} | '
+                         f'{verdict(ratio, target, floor)} | {way} |')  # fmt: skip
+    return lines
+
+
 def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     """Every family's T model against convnext_tiny, counted on this checkout: eval at batch 128 and 1, the training
-    step at 128 and its peak memory; then MRConvNeXt-T's rows of issue 40, also on ``before`` if given."""
+    step at 128 and its peak memory; then MRConvNeXt-T's rows of issue 40, also on ``before`` if given, and the other
+    families' verdicts on issue 44's targets."""
     command = f'python scripts/gpu_cost.py --table {out.as_posix()} --gpu {gpu}'
     header = _header(command + (f' --before {_checkout_name(before)}' if before else ''))  # the code counted
     big = count_all(FAMILIES_T, 128, 224)
@@ -1802,6 +1833,13 @@ def predicted_table(out: Path, gpu: str, before: Path | None = None) -> None:
     lines += ['', 'Where the time goes: `python scripts/gpu_cost.py --model NAME [--train]` lists the ops.', '']
     lines += ['## MRConvNeXt-T against its targets (time ratios: lower is better)', '']
     lines += mrconv_table(gpu, base, before) + ['']
+    lines += ['## The other families against their targets (time and memory ratios: lower is better)', '']
+    lines += [
+        "Issue 44's targets as time (and memory) ratios to convnext_tiny, this checkout (the eval throughput target "
+        '0.95, floor 0.85, as time ratios 1.05 and 1.18):',
+        '',
+    ]
+    lines += families_table(gpu, base, big) + ['']
     lines += LIMITS.splitlines()
     out.write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))

@@ -819,6 +819,31 @@ def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monke
     assert verdicts['deployed eval, batch 1']['what costs most over convnext_tiny (modeled)'].startswith('host-bound')
 
 
+def test_the_other_families_are_read_against_issue_44_s_targets():
+    """Each family's eval, training step and peak memory as ratios to convnext_tiny's, with its verdict: an eval at
+    1 / 0.9 of the time misses the throughput target 0.95 and meets the floor 0.85."""
+    call = gpu_cost.Call('aten::mul', 10**9, 10**9, 0, 'simt')
+    base_eval, base_train = (
+        gpu_cost.StepCost('convnext_tiny', 'eval', 128, [call]),
+        gpu_cost.StepCost('convnext_tiny', 'train', 128, [call] * 10, peak_bytes=1000),
+    )
+    base = dict(eval128=gpu_cost.model_time(base_eval, 'h100'), train=gpu_cost.model_time(base_train, 'h100'))
+    base |= dict(peak=1000, steps=dict(eval128=base_eval, train=base_train))
+    counted = {}
+    for spec in gpu_cost.OTHER_FAMILIES_T:
+        slow = gpu_cost.Call('aten::mul', int(10**9 / 0.9), int(10**9 / 0.9), 0, 'simt')
+        counted[spec, 'eval'] = gpu_cost.StepCost(spec, 'eval', 128, [slow])
+        counted[spec, 'train'] = gpu_cost.StepCost(spec, 'train', 128, [call] * 13, peak_bytes=1050)
+    lines = gpu_cost.families_table('h100', base, counted)
+    rows = [[cell.strip() for cell in line.strip('|').split('|')] for line in lines[2:]]
+    assert len(rows) == 3 * len(gpu_cost.OTHER_FAMILIES_T)
+    eval_row, step_row, memory_row = rows[:3]
+    assert eval_row[:2] == ['talkconvnext_t', 'eval, batch 128'] and eval_row[2] == '1.05 (1.18)'
+    assert float(eval_row[3]) == pytest.approx(1 / 0.9, abs=0.01) and eval_row[4] == 'floor met'
+    assert step_row[3] == '1.30' and step_row[4] == 'missed'
+    assert memory_row[3] == '1.05' and memory_row[4] == 'target met'
+
+
 def test_a_verdict_reads_a_ratio_against_its_target_and_floor_and_names_the_ops_that_cost_most():
     assert [gpu_cost.verdict(r, 1.1, 1.2) for r in (0.9, 1.1, 1.15, 1.2, 1.21)] == [
         'target met',
