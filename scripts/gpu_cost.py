@@ -1438,12 +1438,17 @@ a GPU before it is believed.
 """
 
 
+def _head(path: Path) -> str:
+    """The short commit of the checkout at ``path`` ('' where it is none)."""
+    head = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=path)
+    return head.stdout.strip() if head.returncode == 0 else ''
+
+
 def _header(command: str) -> list[str]:
-    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=ROOT)
     dirty = subprocess.run(['git', 'status', '--porcelain'], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return [
         f'Generated {datetime.date.today()} on {platform.node() or "this machine"} (no GPU: fake CUDA tensors), '
-        f'commit {commit.stdout.strip() or "?"}{" with uncommitted changes" if dirty else ""}, torch '
+        f'commit {_head(ROOT) or "?"}{" with uncommitted changes" if dirty else ""}, torch '
         f'{torch.__version__}, by `{command}`.',
         '',
     ]
@@ -1451,8 +1456,8 @@ def _header(command: str) -> list[str]:
 
 def _checkout_name(path: Path) -> str:
     """``'<a worktree of COMMIT>'`` for a git checkout (what a reader can make again), else the path."""
-    head = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=path)
-    return f'<a worktree of {head.stdout.strip()}>' if head.returncode == 0 and head.stdout.strip() else str(path)
+    commit = _head(path)
+    return f'<a worktree of {commit}>' if commit else str(path)
 
 
 def table_rows(path: Path) -> list[dict]:
@@ -1733,8 +1738,7 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
     checkout and, with ``before``, on that checkout of an earlier commit."""
     codes = [('this checkout', None)]
     if before:
-        rev = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=before)
-        codes.append((f'{rev.stdout.strip() or before} (`--before`)', before))
+        codes.append((f'{_head(before) or before} (`--before`)', before))
     lines = [
         '| row | code | ms | time ratio | device ms | device ratio | peak MiB | memory ratio | launches | GB |',
         '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
@@ -1774,7 +1778,7 @@ def families_table(gpu: str, base: dict, counted: dict) -> list[str]:
     and training runs at batch 128 (``counted[spec, mode]``), against convnext_tiny's (``base``, as
     :func:`predicted_table` builds it): ratio, verdict and what costs most."""
     lines = [
-        '| model | target row | target (floor) | modeled ratio | verdict | what costs most over convnext_tiny (modeled) |',
+        '| family | target row | target (floor) | modeled ratio | verdict | what costs most over convnext_tiny (modeled) |',
         '| --- | --- | --- | --- | --- | --- |',
     ]
     for spec in OTHER_FAMILIES_T:

@@ -798,7 +798,7 @@ def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monke
     tables = {}
     for line in rows:
         cells = [c.strip() for c in line.strip('|').split('|')]
-        if cells[0] in ('model', 'row', 'target row'):
+        if cells[0] in ('model', 'row', 'target row', 'family'):
             header = cells
             tables[cells[0]] = []
         elif not cells[0].startswith('---'):
@@ -817,6 +817,12 @@ def test_the_predicted_table_gives_the_device_time_beside_the_modeled_time(monke
     assert verdicts["training step, combine='bn'"]['target (floor)'] == '1.25 (1.50)'
     assert all(r['verdict'] == 'missed' for r in verdicts.values())
     assert verdicts['deployed eval, batch 1']['what costs most over convnext_tiny (modeled)'].startswith('host-bound')
+    # issue 44's: each other family's eval, step and memory, missed here too (twice convnext_tiny's memory)
+    families = tables['family']
+    assert [(r['family'], r['target row']) for r in families] == [
+        (spec, row) for spec in gpu_cost.OTHER_FAMILIES_T for row in gpu_cost.FAMILY_TARGETS
+    ]
+    assert all(r['verdict'] == 'missed' for r in families) and families[2]['modeled ratio'] == '2.00'
 
 
 def test_the_other_families_are_read_against_issue_44_s_targets():
