@@ -145,6 +145,37 @@ def test_plane_kernels_equal_the_table_kernels(monkeypatch, dims, dtype, layout)
     assert plane[2].stride() == table[2].stride()  # doffsets laid out like the offsets, by both
 
 
+@triton_cpu
+@pytest.mark.parametrize('dims', [1, 2])
+@pytest.mark.parametrize('C,S', [(384, 14), (768, 7)])
+def test_channels_last_tables_at_convnext_t_s_small_stages(dims, C, S):
+    """TaLK-ConvNeXt-T's stages 3 and 4 (384 x 14 x 14 and 768 x 7 x 7, 24 and 48 heads of 16 channels: several
+    programs of heads), channels-last as its blocks hand them over: the channels-last tables run, not the plane
+    kernels, and y, dx and doffsets match the float64 specification (float32 maps, one image, offsets half the row
+    or side)."""
+    from mrconvnext.ops.talk import engine_triton as tt
+
+    heads = C // 16
+    x = torch.randn(1, C, S, S).contiguous(memory_format=torch.channels_last)
+    if dims == 1:  # the flattened map and offsets as TaLKConvFlat2d gives them
+        x, off = x.flatten(2), torch.rand(1, S * S, heads, 2).transpose(1, 2)
+        maxes, op, ref = (S * S // 2,) * 2, talk1d, talk1d_reference
+    else:  # as TaLKConv2d gives them
+        off = torch.rand(1, S, S, heads, 4).permute(0, 3, 1, 2, 4)
+        maxes, op, ref = (S // 2,) * 4, talk2d, talk2d_reference
+    assert not tt.plane_applies(x.flatten(2), heads)
+    g = torch.randn(x.shape)
+    xg, og = x.clone().requires_grad_(), off.clone().requires_grad_()
+    y = op(xg, og, *maxes, engine='triton')
+    got = (y, *torch.autograd.grad(y, (xg, og), g))
+    x64, o64 = x.double().requires_grad_(), off.double().requires_grad_()
+    y64 = ref(x64, o64, *maxes)
+    want = (y64, *torch.autograd.grad(y64, (x64, o64), g.double()))
+    assert y.stride() == x.stride() and got[1].stride() == x.stride()
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
+
+
 def _kernels() -> list:
     """Every kernel with the argument types and the block sizes its launcher passes (read from the kernel modules):
     float32 and float64 accumulation, bf16 storage; the channels-last kernels at TaLK-ConvNeXt-T's stage 1 (6 heads
