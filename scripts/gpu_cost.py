@@ -377,8 +377,10 @@ def talk_variant(name: str, args) -> str:
     """``'plane'`` or ``'tables'``: the kernels the counted code's TaLK Triton operator ``name`` runs for ``args``, by
     that code's own rule (``plane_applies``; a profiled call's older code named it ``_plane_applies``, and code
     before the plane kernels had neither)."""
-    from mrconvnext.ops.talk import engine_triton
-
+    try:
+        from mrconvnext.ops.talk import engine_triton
+    except ImportError:  # code before the engine modules (f100e2a: one early kernel family, scans and gathers)
+        return 'tables'
     if name == 'mrconvnext::talk2d_triton_backward':  # the forward's second output: x itself for the plane kernels
         grad_y, saved = args[0], args[1]
         return 'plane' if saved.shape[-2:] == grad_y.shape[-2:] else 'tables'
@@ -1107,6 +1109,8 @@ CALL_DIRS = {c: PROFILES / c for c in ('call1', 'call2', 'call3')}
 CALL_DIRS |= {f'call{i + 3}': ROOT / 'docs' / 'gpu' / 'h200_2026-11-27' / f'call{i}' / 'profile' for i in range(1, 6)}
 CONSTANTS = ROOT / 'docs' / 'gpu' / 'cost-model-constants.json'  # written by --calibrate, read at import
 H200_TABLE = ROOT / 'docs' / 'gpu' / 'h200_2026-11-26' / 'call1' / 'eager' / 'gpu_nvidia_h200.csv'  # 3f6fcf6
+# the one H100 run (scripts/bench_gpu.py, eager, batch 128; docs/gpu/README.md), on the code of its commit
+H100_TABLE, H100_CODE = ROOT / 'docs' / 'gpu' / 'h100_models_eager.csv', 'f100e2a'
 
 
 def _load_constants() -> None:
@@ -1491,7 +1495,8 @@ def calibrate(out: Path) -> None:
     call 1 (the launch time: calls 2 and 3; this package's operators call 1 lacked: call 4); check them on
     call 2 (other batch sizes and methods, another process), call 3 (later code), call 4 (every family on the code of
     the next day, another machine), the H200 table of the day before (another machine) and the later calls of call
-    4's day (``LATER_CALLS``, each on the code it ran); write the constants
+    4's day (``LATER_CALLS``, each on the code it ran) and the one H100 run (``H100_TABLE``, on ``H100_CODE``, with
+    the H100's bandwidth and rates); write the constants
     (``CONSTANTS``) and the report ``out``. Each row is counted on the package of the commit its call ran
     (``CALL_CODE``; the day-before table's 3f6fcf6 ran what call 1 ran). Call 4's rows that ran the operators it
     supplies (LightConv's Triton kernels) are in sample for those."""
@@ -1518,6 +1523,11 @@ def calibrate(out: Path) -> None:
     lacked = {c: e for c, e in lacked.items() if c not in table}
     table.update({c: (e['efficiency'], e['latency']) for c, e in lacked.items()})
     rows5 = compare_rows(pairs4, gpu, table, issue)
+    with checkout(H100_CODE) as code:  # the H100's own constants: its bandwidth and rates, the same efficiencies
+        h100 = [
+            (row, count_in_process(row['model'], row['mode'], 128, 224, code=code)) for row in table_rows(H100_TABLE)
+        ]
+    rows_h100 = compare_rows(h100, 'h100', table, issue)
     later = {}
     for call in LATER_CALLS:
         with checkout(CALL_CODE[call]) as code:
@@ -1654,6 +1664,24 @@ def calibrate(out: Path) -> None:
         *comparison_table(rows4),
         '',
         f'{_worst(rows4)}.',
+        '',
+        f'## The H100 table (out of sample: `{H100_TABLE.relative_to(ROOT).as_posix()}`, commit {H100_CODE}, another '
+        'GPU)',
+        '',
+        'The one run on an H100 (80 GB HBM3, `docs/gpu/h100_models_eager.md`; median of 10 interleaved rounds), modeled '
+        "with the H100's bandwidth (3.35 TB/s) and rates and the efficiencies and host times measured on the H200s, each "
+        f'row counted on the package of {H100_CODE}. What that code ran: the torch.fft engine for MRConv (the '
+        'branched training without the folded BatchNorm), DynamicConv as one float32 multiply-add per tap, LightConv '
+        "as its grouped convolution, and TaLK's first Triton kernels (a scan per table, then one program per batch "
+        "item, head and block of positions looping over the head's channels; no plane kernels, no channels-last "
+        'kernels). No profile timed those TaLK kernels: the model books them at the efficiency measured for the later '
+        "kernels (`'<operator>:tables'`), the blind spot of a Triton operator's inside, so the TaLK rows' errors "
+        'measure how much slower the first kernels were, not the counting.',
+        '',
+        *comparison_table(rows_h100),
+        '',
+        f'{_worst(rows_h100)}; without the four TaLK rows '
+        f'{_worst([r for r in rows_h100 if not r["model"].startswith("talk")])}.',
         '',
     ]
     for call, (commit, what) in LATER_CALLS.items():

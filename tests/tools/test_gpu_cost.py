@@ -146,6 +146,17 @@ def test_a_talk_operator_is_a_class_per_kernel_family():
     assert measured['other'] == pytest.approx(50e-6)
 
 
+def test_code_before_the_talk_engine_modules_runs_the_tables(monkeypatch):
+    """A commit whose TaLK Triton operators predate ``engine_triton`` (the H100 run's f100e2a: one kernel family, scans
+    and gathers) is counted as the tables, whatever the shapes."""
+    import mrconvnext.ops.talk as talk
+
+    monkeypatch.delattr(talk, 'engine_triton', raising=False)
+    monkeypatch.setitem(sys.modules, 'mrconvnext.ops.talk.engine_triton', None)  # its import now fails
+    x, off = torch.empty(2, 32, 196), torch.empty(2, 4, 196, 2)
+    assert gpu_cost.talk_variant('mrconvnext::talk1d_triton', (x, off, 8, 8)) == 'tables'
+
+
 def test_peak_memory_follows_the_storages_that_are_alive():
     counter = gpu_cost.OpCounter()
     mib = 2**20
