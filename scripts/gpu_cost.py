@@ -151,6 +151,9 @@ PROFILE_CLASS |= {'conv_dw_backward': 'conv_backward'}
 PROFILE_CLASS |= {'conv_dw_native_backward': 'conv_backward', 'index_put_accumulate': 'index_put'}
 PROFILE_CLASS |= {'index_put_slices': 'index_put', 'matmul_unaligned': 'matmul', 'bmm_unaligned': 'bmm'}
 PROFILE_CLASS |= {'sync': 'copy'}
+# the backward's rebuild of the integral image that TaLK 2-D's forward left out on a channels-last map: the tables
+# forward's scan alone, never profiled on its own, booked at that forward's efficiency
+PROFILE_CLASS |= {'mrconvnext::talk2d_triton_table': 'mrconvnext::talk2d_triton:tables'}
 
 
 # Per class: (efficiency, latency): a call takes its roofline time over the efficiency plus the latency (launch,
@@ -387,6 +390,15 @@ def talk_variant(name: str, args) -> str:
     x, offsets = (args[0], args[1]) if name in ('mrconvnext::talk1d_triton', 'mrconvnext::talk2d_triton') else args[1:3]
     rule = getattr(engine_triton, 'plane_applies', None) or getattr(engine_triton, '_plane_applies', None)
     return 'plane' if rule is not None and x.numel() > 0 and rule(x.flatten(2), offsets.shape[1]) else 'tables'
+
+
+def _left_out_table_bytes(x: torch.Tensor, stand_in: torch.Tensor) -> int:
+    """Bytes of the integral image ``(B, H + 1, W + 1, C)`` that TaLK 2-D's Triton forward writes and leaves out of
+    its outputs (a ``(0,)`` stand-in of its dtype; the backward rebuilds it): counted as written, as when the forward
+    returned it, so that the forward is counted the same whether or not it keeps the table, as the profiles that
+    measured its efficiency counted it."""
+    B, C, H, W = x.shape
+    return B * (H + 1) * (W + 1) * C * stand_in.element_size()
 
 
 def _cuda_impl(qualname: str):
@@ -627,6 +639,8 @@ class OpCounter(TorchDispatchMode):
         lines, c_calls = self.events.take()
         free, self._free = self._free, 0
         written = sum(span_bytes(t) for t in outs)
+        if name == 'mrconvnext::talk2d_triton' and outs[1].dim() == 1 and outs[1].numel() == 0:
+            written += _left_out_table_bytes(args[0], outs[1])
         if name in OP_CLASSES['fft'] and unit != 'cpu' and args[_FFT_NORMALIZATION_ARG] != 0:
             self.calls.append(Call(name, read, written, flops, unit, cls, lines, c_calls, free))
             scaled = outs[0].numel() * (2 if outs[0].is_complex() else 1)  # one FLOP per real value

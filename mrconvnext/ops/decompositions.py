@@ -32,6 +32,13 @@ def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom):
     return y, P
 
 
+def _talk2d_triton(x, offsets, max_left, max_right, max_top, max_bottom):
+    from .talk.engine_triton import saves_input  # registered once its module was imported
+
+    y, P = _talk2d(x, offsets, max_left, max_right, max_top, max_bottom)
+    return (y, x.new_empty(0, dtype=P.dtype)) if saves_input(x) else (y, P)  # as the operator leaves the table out
+
+
 def _fft_conv(x, kernel, zero_lag, bias=None):
     # A direct convolution with the kernel cropped to the lags that reach an output: exact, and no complex
     # arithmetic, which ONNX lacks.
@@ -48,7 +55,7 @@ def decompositions() -> dict:
     for name in names:
         if hasattr(ops, name):
             table[getattr(ops, name).default] = talk1d_reference
-            table[getattr(ops, name.replace('1d', '2d')).default] = _talk2d
+            table[getattr(ops, name.replace('1d', '2d')).default] = _talk2d_triton if 'triton' in name else _talk2d
     table[ops.dynamic_conv.default] = dynamic_conv_decomposition
     table[ops.fft_conv.default] = _fft_conv
     table[ops.fft_conv_torch.default] = _fft_conv

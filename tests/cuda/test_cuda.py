@@ -180,6 +180,9 @@ def test_talk_triton_opcheck():
     _, P = tt.talk2d_triton(x2.detach(), off2.detach(), 2, 1, 1, 2)
     g = torch.randn(2, 4, 5, 6, device=DEV)
     torch.library.opcheck(tt.talk2d_triton_backward, (g, P, off2.detach(), 2, 1, 1, 2, True, True))
+    x2_cl = x2.detach().to(memory_format=torch.channels_last).requires_grad_(True)
+    torch.library.opcheck(tt.talk2d_triton, (x2_cl, off2, 2, 1, 1, 2))  # the table left out, rebuilt for the backward
+    torch.library.opcheck(tt.talk2d_triton_table, (x2_cl.detach(),))
 
 
 # ---------------------------------------------------------------------------------- long / light / dynamic convs

@@ -146,6 +146,26 @@ def test_a_talk_operator_is_a_class_per_kernel_family():
     assert measured['other'] == pytest.approx(50e-6)
 
 
+def test_the_talk2d_forward_counts_the_table_it_leaves_out():
+    """TaLK 2-D's Triton forward on a channels-last map keeps no table for the backward (the backward rebuilds it,
+    one operator of its own), but writes one: counted as written, as when the forward returned it."""
+    pytest.importorskip('triton')
+    B, C, H, W, heads = 2, 32, 14, 14, 4
+    counted = _counted_in_process(
+        'from mrconvnext.ops.talk import engine_triton\n'
+        f'x = torch.randn({B}, {C}, {H}, {W}, device="cuda").contiguous(memory_format=torch.channels_last)\n'
+        f'off = torch.rand({B}, {heads}, {H}, {W}, 4, device="cuda")\n',
+        'y, left_out = engine_triton.talk2d_triton(x, off, 3, 3, 3, 3)\nP = engine_triton.talk2d_triton_table(x)\n',
+        '[(c.name, c.read, c.written) for c in counter.calls]',
+    )
+    table = B * (H + 1) * (W + 1) * C * 4
+    x_bytes = B * C * H * W * 4
+    assert counted == [
+        ['mrconvnext::talk2d_triton', x_bytes + B * heads * H * W * 4 * 4, x_bytes + table],  # y and the table
+        ['mrconvnext::talk2d_triton_table', x_bytes, table],
+    ]
+
+
 def test_code_before_the_talk_engine_modules_runs_the_tables(monkeypatch):
     """A commit whose TaLK Triton operators predate ``engine_triton`` (the H100 run's f100e2a: one kernel family, scans
     and gathers) is counted as the tables, whatever the shapes."""

@@ -28,10 +28,10 @@ from torch.library import triton_op
 from .autograd import register_talk1d_autograd, register_talk2d_autograd
 from .checks import acc_dtype, is_channels_last_1d, talk1d_out
 from .flops import register_talk_flops
-from .triton_channels_last import talk1d_cl, talk1d_cl_backward, talk2d_cl, talk2d_cl_backward
+from .triton_channels_last import integral_image_cl, talk1d_cl, talk1d_cl_backward, talk2d_cl, talk2d_cl_backward
 from .triton_common import interpreted
 from .triton_plane import talk1d_plane, talk1d_plane_backward, talk2d_plane, talk2d_plane_backward
-from .triton_table import talk1d_table, talk1d_table_backward, talk2d_table, talk2d_table_backward
+from .triton_table import integral_image, talk1d_table, talk1d_table_backward, talk2d_table, talk2d_table_backward
 
 __all__ = [
     'PLANE_MAX_LENGTH',
@@ -41,7 +41,9 @@ __all__ = [
     'talk1d_triton_backward',
     'talk2d_triton',
     'talk2d_triton_backward',
+    'talk2d_triton_table',
     'talk2d_tables',
+    'saves_input',
 ]
 
 # Channels-first 1-D rows and 2-D maps of at most this many positions (ConvNeXt-T's stages 3 and 4 at 224 px: 196,
@@ -103,19 +105,40 @@ def talk1d_triton_backward(
     return talk1d_table_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_doff)
 
 
+def saves_input(x: torch.Tensor) -> bool:
+    """Whether :func:`talk2d_triton` leaves its table out for ``x``, the backward rebuilding it from x itself
+    (:func:`talk2d_triton_table`): channels-last maps, what ConvNeXt blocks hand over. Their input stays alive for the
+    offsets' projection, which saves it, where the float32 table ``(H + 1) (W + 1) C`` per image would be held for
+    the backward besides (TaLK-ConvNeXt-2D-T at batch 128: about 1.1 GiB over its 18 blocks)."""
+    return _is_channels_last_2d(x) and x.numel() > 0
+
+
 @triton_op('mrconvnext::talk2d_triton', mutates_args=())
 def talk2d_triton(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """TaLK 2-D forward: ``(y (B, C, H, W), P)``, what the backward needs: the integral image ``(B, C, H + 1, W + 1)``
-    in the accumulation dtype (channels-last for a channels-last x, then a view of a contiguous ``(B, H + 1, W + 1,
-    C)``), or where :func:`plane_applies` (channels-first maps of at most :data:`PLANE_MAX_LENGTH` positions), which
-    the one-launch plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``. y is laid out like x
-    (channels-last or contiguous)."""
+    in the accumulation dtype; where :func:`plane_applies` (channels-first maps of at most :data:`PLANE_MAX_LENGTH`
+    positions), which the one-launch plane kernels compute without a table, x itself in float32 ``(B, C, H, W)``;
+    where :func:`saves_input` (channels-last maps), an empty ``(0,)`` tensor: the autograd saves x and rebuilds the
+    table (:func:`talk2d_triton_table`) for the backward. y is laid out like x (channels-last or contiguous)."""
     maxes = (max_left, max_right, max_top, max_bottom)
     if x.numel() > 0 and plane_applies(x.flatten(2), offsets.shape[1]):
         return talk2d_plane(x, offsets.to(torch.float32), maxes)
+    if saves_input(x):
+        y, _ = talk2d_cl(x, offsets.to(acc_dtype(x.dtype)), maxes)
+        return y, x.new_empty(0, dtype=acc_dtype(x.dtype))
     return talk2d_tables(x, offsets, *maxes)
+
+
+@triton_op('mrconvnext::talk2d_triton_table', mutates_args=())
+def talk2d_triton_table(x: torch.Tensor) -> torch.Tensor:
+    """The integral image :func:`talk2d_tables` returns for ``x (B, C, H, W)``: ``(B, C, H + 1, W + 1)`` in the
+    accumulation dtype, channels-last for a channels-last x (a view of a contiguous ``(B, H + 1, W + 1, C)``),
+    contiguous otherwise; the backward's table where the forward saved x (:func:`saves_input`)."""
+    if _is_channels_last_2d(x) and x.numel() > 0:
+        return integral_image_cl(x, acc_dtype(x.dtype)).permute(0, 3, 1, 2)
+    return integral_image(x, acc_dtype(x.dtype))
 
 
 def talk2d_tables(
@@ -153,5 +176,5 @@ def talk2d_triton_backward(
 
 # the same autograd as the other TaLK operators (autograd.py): saved tensors, backward operator, input gradients
 register_talk1d_autograd(talk1d_triton, talk1d_triton_backward)
-register_talk2d_autograd(talk2d_triton, talk2d_triton_backward)
+register_talk2d_autograd(talk2d_triton, talk2d_triton_backward, talk2d_triton_table)
 register_talk_flops('_triton')

@@ -15,6 +15,7 @@ from .triton_common import box_edges, end_edge, norm_parts, start_edge
 from .triton_scan import scan, scan2d_cl
 
 __all__ = [
+    'integral_image_cl',
     'CL_BLOCK_L',
     'CL_BWD_BLOCK_L',
     'cl_blocks',
@@ -247,14 +248,22 @@ def talk1d_cl_backward(grad_y, x, offsets, max_left, max_right, need_dx, need_do
     return dx, doff.to(offsets.dtype)
 
 
+def integral_image_cl(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The exclusive integral image of a channels-last ``x (B, C, H, W)``, ``(B, H + 1, W + 1, C)`` contiguous in
+    ``dtype``, in one pass."""
+    B, C, H, W = x.shape
+    P = torch.empty((B, H + 1, W + 1, C), dtype=dtype, device=x.device)
+    P[:, 0] = 0
+    P[:, 1:, 0] = 0
+    scan2d_cl(x.permute(0, 2, 3, 1), P[:, 1:, 1:], reverse=False)
+    return P
+
+
 def talk2d_cl(x: torch.Tensor, off: torch.Tensor, maxes: tuple[int, int, int, int]):
     """Forward on a channels-last ``x``: the integral image ``(B, H + 1, W + 1, C)`` in one pass, then the gathers."""
     B, C, H, W = x.shape
     heads = off.shape[1]
-    P = torch.empty((B, H + 1, W + 1, C), dtype=off.dtype, device=x.device)
-    P[:, 0] = 0
-    P[:, 1:, 0] = 0
-    scan2d_cl(x.permute(0, 2, 3, 1), P[:, 1:, 1:], reverse=False)
+    P = integral_image_cl(x, off.dtype)
     y = torch.empty_like(x)  # channels-last
     o = off.flatten(2, 3)  # (B, heads, H * W, 4)
     blocks = cl_blocks(heads, C // heads, block_2d_cl(off.dtype, backward=False))

@@ -15,6 +15,7 @@ from .triton_common import end_edge, norm_parts, start_edge
 from .triton_scan import scan
 
 __all__ = [
+    'integral_image',
     'TABLE_BLOCK_R',
     'TABLE_BLOCK_L',
     'block_2d',
@@ -321,6 +322,21 @@ def talk1d_table_backward(grad_y, x, offsets, max_left, max_right, need_dx, need
     return dx, doff.to(offsets.dtype)
 
 
+def integral_image(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The exclusive integral image of ``x (B, C, H, W)``, ``(B, C, H + 1, W + 1)`` contiguous in ``dtype``, by two
+    scans."""
+    B, C, H, W = x.shape
+    P = torch.empty((B, C, H + 1, W + 1), dtype=dtype, device=x.device)
+    P[:, :, 0, :] = 0
+    P[:, :, :, 0] = 0
+    if x.numel() == 0:
+        return P
+    inner = P[:, :, 1:, 1:]
+    scan(x, inner, reverse=False)  # rows
+    scan(inner.transpose(2, 3), inner.transpose(2, 3), reverse=False)  # columns, in place
+    return P
+
+
 def talk2d_table(
     x: torch.Tensor, offsets: torch.Tensor, max_left: int, max_right: int, max_top: int, max_bottom: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -330,14 +346,9 @@ def talk2d_table(
     heads = offsets.shape[1]
     acc = acc_dtype(x.dtype)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    P = torch.empty((B, C, H + 1, W + 1), dtype=acc, device=x.device)
-    P[:, :, 0, :] = 0
-    P[:, :, :, 0] = 0
+    P = integral_image(x, acc)
     if x.numel() == 0:
         return y, P
-    inner = P[:, :, 1:, 1:]
-    scan(x, inner, reverse=False)  # rows
-    scan(inner.transpose(2, 3), inner.transpose(2, 3), reverse=False)  # columns, in place
     off = offsets.to(acc).contiguous()
     block = block_2d(acc, backward=False)
     wrap_triton(talk2d_fwd_jit)[_grid_2d(B, heads, H * W, block)](

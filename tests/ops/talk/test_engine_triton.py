@@ -20,7 +20,7 @@ triton_cpu = pytest.mark.skipif(
 
 @triton_cpu
 def test_operators_registered_with_autograd():
-    """Schema and autograd registration of the four operators (fake tensors and AOT dispatch need compiled kernels:
+    """Schema and autograd registration of the five operators (fake tensors and AOT dispatch need compiled kernels:
     the interpreter launches on real memory, so tests/cuda runs the full opcheck)."""
     from mrconvnext.ops.talk import engine_triton as tt
 
@@ -36,6 +36,9 @@ def test_operators_registered_with_autograd():
     _, P = tt.talk2d_triton(x2.detach(), off2.detach(), 2, 1, 1, 2)
     g2 = torch.randn(2, 4, 5, 6)
     torch.library.opcheck(tt.talk2d_triton_backward, (g2, P, off2.detach(), 2, 1, 1, 2, True, False), test_utils=utils)
+    x2_cl = x2.detach().to(memory_format=torch.channels_last).requires_grad_(True)
+    torch.library.opcheck(tt.talk2d_triton, (x2_cl, off2, 2, 1, 1, 2), test_utils=utils)  # the table left out
+    torch.library.opcheck(tt.talk2d_triton_table, (x2_cl.detach(),), test_utils=('test_schema',))
 
 
 @triton_cpu
@@ -285,7 +288,9 @@ _FAKE_CUDA_1D = textwrap.dedent(
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from mrconvnext.ops.talk import talk1d
-    from mrconvnext.ops.talk.engine_triton import talk1d_triton_backward, talk2d_triton, talk2d_triton_backward
+    from mrconvnext.ops.talk.engine_triton import (
+        talk1d_triton_backward, talk2d_triton, talk2d_triton_backward, talk2d_triton_table,
+    )
     from tests.dispatch import RecordOps
 
 
@@ -307,21 +312,28 @@ _FAKE_CUDA_1D = textwrap.dedent(
         off = torch.rand(B, H, W, 12, 4, device='cuda').permute(0, 3, 1, 2, 4)  # as TaLKConv2d's projection gives
         ops = RecordOps()
         with ops:
-            y, P = talk2d_triton(x, off, 14, 14, 14, 14)
+            y, left_out = talk2d_triton(x, off, 14, 14, 14, 14)
+            P = talk2d_triton_table(x)  # what the autograd rebuilds for the backward
             dx, doff = talk2d_triton_backward(torch.randn_like(y), P, off, 14, 14, 14, 14, True, True)
     assert y.is_contiguous(memory_format=torch.channels_last) and dx.is_contiguous(memory_format=torch.channels_last)
+    assert left_out.shape == (0,) and P.dtype == torch.float32
     assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1 and doff.shape == off.shape
     assert not ops.copies_of(B * C * H * W), ops.copies_of(B * C * H * W)
 
-    # stage 3 (196 positions, within PLANE_MAX_LENGTH): a channels-last map still takes the integral image (the
-    # plane kernels would save x itself, (B, C, H, W))
+    # stage 3 (196 positions, within PLANE_MAX_LENGTH): a channels-last map takes the tables too (the plane kernels
+    # would save a float32 copy of x); what the autograd saves is x itself and the offsets, no table
     B, C, H, W = 8, 384, 14, 14
+    saved = []
     with FakeTensorMode():
         x = torch.randn(B, C, H, W, device='cuda', dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         off = torch.rand(B, H, W, 24, 4, device='cuda').permute(0, 3, 1, 2, 4)
-        y, P = talk2d_triton(x, off, 7, 7, 7, 7)
+        x.requires_grad_(True)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            y, left_out = talk2d_triton(x, off, 7, 7, 7, 7)
+        assert left_out.shape == (0,) and y.is_contiguous(memory_format=torch.channels_last)
+        assert [t.shape for t in saved] == [x.shape, off.shape] and saved[0] is x, [t.shape for t in saved]
+        P = talk2d_triton_table(x.detach())
         assert P.shape == (B, C, H + 1, W + 1) and P.stride(1) == 1, (P.shape, P.stride())
-        assert y.is_contiguous(memory_format=torch.channels_last)
     """
 )
 
@@ -329,7 +341,7 @@ _FAKE_CUDA_1D = textwrap.dedent(
 def test_on_fake_cuda_channels_last_maps_are_read_in_place():
     """TaLK 1-D on a flattened channels-last map and TaLK 2-D on a channels-last map (fake CUDA tensors, compiled
     kernels, fresh process): nothing of the map's size is copied or cast, y and dx keep x's layout (the 2-D integral
-    image too)."""
+    image too, which the 2-D forward leaves out: its autograd saves x and the offsets alone)."""
     pytest.importorskip('triton')
     proc = run_compiled_triton('-c', _FAKE_CUDA_1D)
     assert proc.returncode == 0, proc.stderr[-3000:]
