@@ -1753,6 +1753,13 @@ def verdict(ratio: float, target: float, floor: float) -> str:
     return 'target met' if ratio <= target else 'floor met' if ratio <= floor else 'missed'
 
 
+def ratio_text(ratio: float, target: float, floor: float) -> str:
+    """``ratio`` to two decimals, or three where two would read as the target or floor it misses."""
+    text = f'{ratio:.2f}'
+    missed = [bound for bound in (target, floor) if ratio > bound and text == f'{bound:.2f}']
+    return f'{ratio:.3f}' if missed else text
+
+
 def device_by_op(step: StepCost, gpu: str = 'h100') -> dict[str, float]:
     """Device seconds per op name (no host), summed over the calls."""
     out: dict[str, float] = defaultdict(float)
@@ -1804,13 +1811,13 @@ def mrconv_table(gpu: str, base: dict, before: Path | None) -> list[str]:
                 continue  # the verdicts are this checkout's
             target, floor = MRCONV_TARGETS[label]
             way = in_the_way(step, base['steps'][key], gpu)
-            verdicts.append(f'| {label} | {target:.2f} ({floor:.2f}) | {t / ref:.2f} | {verdict(t / ref, target, floor)} '
-                            f'| {way} |')  # fmt: skip
+            verdicts.append(f'| {label} | {target:.2f} ({floor:.2f}) | {ratio_text(t / ref, target, floor)} | '
+                            f'{verdict(t / ref, target, floor)} | {way} |')  # fmt: skip
             if mode == 'train':
                 memory = step.peak_bytes / base['peak']
                 target, floor = MRCONV_TARGETS['peak memory']
-                verdicts.append(f'| {label}, peak memory | {target:.2f} ({floor:.2f}) | {memory:.2f} | '
-                                f'{verdict(memory, target, floor)} | |')  # fmt: skip
+                verdicts.append(f'| {label}, peak memory | {target:.2f} ({floor:.2f}) | '
+                                f'{ratio_text(memory, target, floor)} | {verdict(memory, target, floor)} | |')  # fmt: skip
     intro = ["Issue 40's targets as time (and memory) ratios to convnext_tiny, lower is better, this checkout:", '']
     return lines + [''] + intro + verdicts
 
@@ -1832,7 +1839,7 @@ def families_table(gpu: str, base: dict, counted: dict) -> list[str]:
         ]
         for label, ratio, way in rows:
             target, floor = FAMILY_TARGETS[label]
-            lines.append(f'| {spec} | {label} | {target:.2f} ({floor:.2f}) | {ratio:.2f} | '
+            lines.append(f'| {spec} | {label} | {target:.2f} ({floor:.2f}) | {ratio_text(ratio, target, floor)} | '
                          f'{verdict(ratio, target, floor)} | {way} |')  # fmt: skip
     return lines
 

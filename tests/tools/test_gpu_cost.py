@@ -889,6 +889,14 @@ def test_a_verdict_reads_a_ratio_against_its_target_and_floor_and_names_the_ops_
         'floor met',
         'missed',
     ]
+    # a ratio that two decimals would show as the bound it misses gets a third
+    assert [gpu_cost.ratio_text(r, 1.1, 1.25) for r in (1.1006, 1.1, 1.104, 1.2504, 0.9)] == [
+        '1.101',
+        '1.10',
+        '1.104',
+        '1.250',
+        '0.90',
+    ]
     big, small = (
         gpu_cost.Call('aten::_fft_r2c', 10**9, 10**9, 0, 'simt'),
         gpu_cost.Call('aten::mul', 10**8, 0, 0, 'simt'),

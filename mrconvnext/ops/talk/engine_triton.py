@@ -107,9 +107,10 @@ def talk1d_triton_backward(
 
 def saves_input(x: torch.Tensor) -> bool:
     """Whether :func:`talk2d_triton` leaves its table out for ``x``, the backward rebuilding it from x itself
-    (:func:`talk2d_triton_table`): channels-last maps, what ConvNeXt blocks hand over. Their input stays alive for the
-    offsets' projection, which saves it, where the float32 table ``(H + 1) (W + 1) C`` per image would be held for
-    the backward besides (TaLK-ConvNeXt-2D-T at batch 128: about 1.1 GiB over its 18 blocks)."""
+    (:func:`talk2d_triton_table`): channels-last maps, what ConvNeXt blocks hand over. x is never larger than the
+    table (``(H + 1) (W + 1) C`` per image in float32, or float64 for float64 x), and in the 2-D TaLK layer it stays
+    alive anyway for the offsets' projection, which saves it (TaLK-ConvNeXt-2D-T at batch 128 held about 1.1 GiB of
+    tables over its 18 blocks)."""
     return _is_channels_last_2d(x) and x.numel() > 0
 
 
