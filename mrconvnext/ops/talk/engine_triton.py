@@ -108,9 +108,10 @@ def talk1d_triton_backward(
 def saves_input(x: torch.Tensor) -> bool:
     """Whether :func:`talk2d_triton` leaves its table out for ``x``, the backward rebuilding it from x itself
     (:func:`talk2d_triton_table`): channels-last maps, what ConvNeXt blocks hand over. x is never larger than the
-    table (``(H + 1) (W + 1) C`` per image in float32, or float64 for float64 x), and in the 2-D TaLK layer it stays
-    alive anyway for the offsets' projection, which saves it (TaLK-ConvNeXt-2D-T at batch 128 held about 1.1 GiB of
-    tables over its 18 blocks)."""
+    table (``(H + 1) (W + 1) C`` per image in float32, or float64 for float64 x); where the 2-D TaLK layer's offsets'
+    projection saves x itself (a float32 map with trainable projection weights, as the ConvNeXt blocks' stream under
+    autocast) it costs no memory at all (TaLK-ConvNeXt-2D-T at batch 128 held about 1.1 GiB of tables over its 18
+    blocks)."""
     return _is_channels_last_2d(x) and x.numel() > 0
 
 
@@ -165,8 +166,9 @@ def talk2d_triton_backward(
     need_dx: bool,
     need_doff: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dx (B, C, H, W), doff in offsets' dtype)`` of :func:`talk2d_triton` from its second output (the integral
-    image, or x for the plane kernels); dx is laid out like the forward's x."""
+    """``(dx (B, C, H, W), doff in offsets' dtype)`` of :func:`talk2d_triton` from the integral image (its second
+    output, or for a channels-last x the table :func:`talk2d_triton_table` rebuilds), or x for the plane kernels; dx
+    is laid out like the forward's x."""
     maxes = (max_left, max_right, max_top, max_bottom)
     if P.shape[-2:] == grad_y.shape[-2:] and grad_y.numel() > 0 and (need_dx or need_doff):  # the plane kernels' x
         return talk2d_plane_backward(grad_y, P, offsets, maxes, need_dx, need_doff)

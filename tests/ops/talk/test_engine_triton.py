@@ -41,6 +41,26 @@ def test_operators_registered_with_autograd():
     torch.library.opcheck(tt.talk2d_triton_table, (x2_cl.detach(),), test_utils=('test_schema',))
 
 
+def test_a_forward_that_leaves_its_table_out_needs_a_table_operator():
+    """The shared 2-D autograd: a forward whose second output is the ``(0,)`` stand-in has x saved and the table
+    rebuilt by ``table_op``; without one, the backward says so rather than handing the backward operator x."""
+    from mrconvnext.ops.talk.autograd import register_talk2d_autograd
+
+    @torch.library.custom_op('mrconvnext_test::leaves_table_out', mutates_args=())
+    def leaves_table_out(x: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.clone(), x.new_empty(0)
+
+    @leaves_table_out.register_fake
+    def _(x, offsets):
+        return torch.empty_like(x), x.new_empty(0)
+
+    register_talk2d_autograd(leaves_table_out, lambda *args: None)
+    x = torch.randn(1, 2, 3, 3, requires_grad=True)
+    y, _ = leaves_table_out(x, torch.rand(1, 1, 3, 3, 4))
+    with pytest.raises(RuntimeError, match='left the table out, and no table operator rebuilds it'):
+        y.sum().backward()
+
+
 @triton_cpu
 def test_engine_selection_on_cpu():
     assert talk_dispatch.talk_engine('cpu', 'triton') == 'triton'  # the interpreter is on
