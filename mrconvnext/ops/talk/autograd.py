@@ -30,7 +30,7 @@ def _left_out(P) -> bool:
 
 def _talk2d_setup(ctx, inputs, output):
     P = output[1]
-    ctx.rebuild = _left_out(P)  # the table left out: x is saved (alive anyway for the offsets) and the table rebuilt
+    ctx.rebuild = _left_out(P)  # the table left out: x is saved (never larger than it) and the table rebuilt
     ctx.save_for_backward(inputs[0] if ctx.rebuild else P, inputs[1])  # the integral image (or x), the offsets
     ctx.args = inputs[2:]
     ctx.x_dtype = inputs[0].dtype
