@@ -35,8 +35,10 @@ def _talk2d(x, offsets, max_left, max_right, max_top, max_bottom):
 def _talk2d_triton(x, offsets, max_left, max_right, max_top, max_bottom):
     from .talk.engine_triton import saves_input  # registered once its module was imported
 
-    y, P = _talk2d(x, offsets, max_left, max_right, max_top, max_bottom)
-    return (y, x.new_empty(0, dtype=P.dtype)) if saves_input(x) else (y, P)  # as the operator leaves the table out
+    if saves_input(x):  # as the operator: the table left out, so none is built
+        y = talk2d_reference(x, offsets, max_left, max_right, max_top, max_bottom)
+        return y, x.new_empty(0, dtype=acc_dtype(x.dtype))
+    return _talk2d(x, offsets, max_left, max_right, max_top, max_bottom)
 
 
 def _fft_conv(x, kernel, zero_lag, bias=None):
